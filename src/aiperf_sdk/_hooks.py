@@ -1,0 +1,60 @@
+"""Extension point for sinks (trace spans, profiler ranges) around stages and requests.
+
+Stages and requests check ``HOOKS`` (a list, empty by default) on every call; with nothing
+registered that is one truthiness test. Sinks register through ``perf.configure``-style
+helpers in their own modules; a hook that raises is disabled and logged, never propagated
+into the service.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+_log = logging.getLogger("aiperf_sdk")
+
+
+class StageHook(Protocol):
+    """Receives stage and request boundaries. ``start`` returns a token given to ``end``."""
+
+    def start(self, name: str, labels: tuple[tuple[str, str], ...], request_id: str | None,
+              kind: str) -> object: ...
+
+    def end(self, token: object, error: BaseException | None) -> None: ...
+
+
+#: registered hooks; mutated only by add_hook/remove_hook (copy-on-write, so iteration on the
+#: hot path never sees a list changing under it)
+HOOKS: list[StageHook] = []
+
+
+def add_hook(hook: StageHook) -> None:
+    global HOOKS
+    if hook not in HOOKS:
+        HOOKS = [*HOOKS, hook]
+
+
+def remove_hook(hook: StageHook) -> None:
+    global HOOKS
+    HOOKS = [h for h in HOOKS if h is not hook]
+
+
+def hooks_start(name: str, labels: tuple[tuple[str, str], ...], request_id: str | None,
+                kind: str) -> list[tuple[StageHook, object]]:
+    tokens = []
+    for hook in HOOKS:
+        try:
+            tokens.append((hook, hook.start(name, labels, request_id, kind)))
+        except Exception:
+            _log.exception("aiperf_sdk hook %r failed in start(); disabling it", hook)
+            remove_hook(hook)
+    return tokens
+
+
+def hooks_end(tokens: list[tuple[StageHook, object]], error: BaseException | None) -> None:
+    for hook, token in reversed(tokens):
+        try:
+            hook.end(token, error)
+        except Exception:
+            _log.exception("aiperf_sdk hook %r failed in end(); disabling it", hook)
+            remove_hook(hook)

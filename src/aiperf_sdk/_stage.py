@@ -1,0 +1,304 @@
+"""``stage``: time a block or a function into the ledger, tied to the current request.
+
+The hot path (``_record``) is two ``perf_counter_ns()`` reads, one ``ContextVar.get()``, one
+tuple appended to the ledger's buffer and one dict update on the request; histogram work is
+folded in bulk later (see ``_ledger``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncGenerator, Callable, Generator
+from time import perf_counter_ns
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+from . import _hooks
+from ._ledger import CANCELLED_LABEL, ERROR_LABEL, Labels, Ledger, SeriesKey, _default, make_labels
+from ._request import _current
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _outcome_key(name: str, labels: Labels, exc: BaseException) -> SeriesKey:
+    pair = ERROR_LABEL if isinstance(exc, Exception) else CANCELLED_LABEL
+    return (name, tuple(sorted((*labels, pair))))
+
+
+def _record(name: str, key: SeriesKey, ledger: Ledger | None, duration: int, end: int) -> None:
+    req = _current.get()
+    if req is not None:
+        stages = req.stages
+        stages[name] = stages.get(name, 0) + duration
+        if ledger is None:
+            ledger = req.ledger
+    if ledger is None:
+        ledger = _default[0]
+    buf = ledger._buf
+    buf.append((key, duration, end))
+    if len(buf) >= ledger._flush_at:
+        ledger._fold()
+
+
+class stage:  # noqa: N801 - used like a function: `@perf.stage("prefill")`
+    """Time a block (``with`` / ``async with``) or a function into the ledger.
+
+    As a decorator it works on sync and async functions and on sync and async generators
+    (a generator's stage is the time spent inside its body, summed over resumptions; one
+    closed early records what ran). A body that raises records its duration with the label
+    ``outcome="error"`` (``"cancelled"`` for cancellation and other ``BaseException``) and
+    re-raises unchanged.
+
+    Example::
+
+        @perf.stage("prefill", model="chat_v3")
+        def prefill(tokens): ...
+
+        with perf.stage("tokenize"):
+            ids = tokenizer(text)
+
+    Args:
+        name: stage name (free string; ``e2e``, ``ttft``, ``itl``, ``tpot`` are filled by
+            ``request()`` and ``stream()``).
+        ledger: ledger to record into; default: the request's, else the default ledger.
+        **labels: labels of the series (bounded values only).
+
+    Raises:
+        TypeError: ``name`` is not a non-empty string.
+        RuntimeError: one stage object entered again while already active (create one per
+            ``with``; a decorated function is safe to call concurrently).
+    """
+
+    __slots__ = ("_key", "_labels", "_ledger", "_name", "_t0", "_tokens")
+
+    def __init__(self, name: str, *, ledger: Ledger | None = None, **labels: object) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"stage name must be a non-empty str, got {name!r}")
+        self._name = name
+        self._labels: Labels = make_labels(labels) if labels else ()
+        self._key: SeriesKey = (name, self._labels)
+        self._ledger = ledger
+        self._t0 = 0
+        self._tokens: list[tuple[_hooks.StageHook, object]] = []
+
+    # -- context manager ------------------------------------------------------------------
+
+    def __enter__(self) -> stage:
+        if self._t0:
+            raise RuntimeError(
+                f"stage {self._name!r} object is already active; use a new perf.stage(...) "
+                "per with-block"
+            )
+        if _hooks.HOOKS:
+            self._tokens = _hooks.hooks_start(
+                self._name, self._labels, _current_id(), "stage"
+            )
+        self._t0 = perf_counter_ns()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        end = perf_counter_ns()
+        duration = end - self._t0
+        self._t0 = 0
+        key = self._key if exc is None else _outcome_key(self._name, self._labels, exc)
+        _record(self._name, key, self._ledger, duration, end)
+        if self._tokens:
+            tokens, self._tokens = self._tokens, []
+            _hooks.hooks_end(tokens, exc)
+
+    async def __aenter__(self) -> stage:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # -- decorator ------------------------------------------------------------------------
+
+    def __call__(self, fn: F) -> F:
+        if inspect.isasyncgenfunction(fn):
+            return cast(F, self._wrap_asyncgen(fn))
+        if inspect.isgeneratorfunction(fn):
+            return cast(F, self._wrap_gen(fn))
+        if inspect.iscoroutinefunction(fn):
+            return cast(F, self._wrap_async(fn))
+        if not callable(fn):
+            raise TypeError(f"@stage decorates a callable, got {type(fn).__name__}")
+        return cast(F, self._wrap_sync(fn))
+
+    def _wrap_sync(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        name, labels, key, ledger = self._name, self._labels, self._key, self._ledger
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _hooks.HOOKS:
+                return _call_hooked(fn, name, labels, key, ledger, args, kwargs)
+            t0 = perf_counter_ns()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                end = perf_counter_ns()
+                _record(name, _outcome_key(name, labels, exc), ledger, end - t0, end)
+                raise
+            end = perf_counter_ns()
+            _record(name, key, ledger, end - t0, end)
+            return result
+
+        return wrapper
+
+    def _wrap_async(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        name, labels, key, ledger = self._name, self._labels, self._key, self._ledger
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            tokens = (
+                _hooks.hooks_start(name, labels, _current_id(), "stage") if _hooks.HOOKS else None
+            )
+            t0 = perf_counter_ns()
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as exc:
+                end = perf_counter_ns()
+                _record(name, _outcome_key(name, labels, exc), ledger, end - t0, end)
+                if tokens:
+                    _hooks.hooks_end(tokens, exc)
+                raise
+            end = perf_counter_ns()
+            _record(name, key, ledger, end - t0, end)
+            if tokens:
+                _hooks.hooks_end(tokens, None)
+            return result
+
+        return wrapper
+
+    def _wrap_gen(self, fn: Callable[..., Generator[Any, Any, Any]]) -> Callable[..., Any]:
+        name, labels, key, ledger = self._name, self._labels, self._key, self._ledger
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            gen = fn(*args, **kwargs)
+            busy = 0
+            failure: BaseException | None = None
+            to_send: Any = None
+            to_throw: BaseException | None = None
+            try:
+                while True:
+                    t0 = perf_counter_ns()
+                    try:
+                        if to_throw is not None:
+                            exc, to_throw = to_throw, None
+                            item = gen.throw(exc)
+                        else:
+                            item = gen.send(to_send)
+                    except StopIteration as stop:
+                        busy += perf_counter_ns() - t0
+                        return stop.value
+                    except BaseException as exc:
+                        busy += perf_counter_ns() - t0
+                        failure = exc
+                        raise
+                    busy += perf_counter_ns() - t0
+                    try:
+                        to_send = yield item
+                    except GeneratorExit:
+                        t0 = perf_counter_ns()
+                        try:
+                            gen.close()
+                        finally:
+                            busy += perf_counter_ns() - t0
+                        raise
+                    except BaseException as exc:
+                        to_send, to_throw = None, exc
+            finally:
+                end = perf_counter_ns()
+                k = key if failure is None else _outcome_key(name, labels, failure)
+                _record(name, k, ledger, busy, end)
+
+        return wrapper
+
+    def _wrap_asyncgen(self, fn: Callable[..., AsyncGenerator[Any, Any]]) -> Callable[..., Any]:
+        name, labels, key, ledger = self._name, self._labels, self._key, self._ledger
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            agen = fn(*args, **kwargs)
+            busy = 0
+            failure: BaseException | None = None
+            to_send: Any = None
+            to_throw: BaseException | None = None
+            try:
+                while True:
+                    t0 = perf_counter_ns()
+                    try:
+                        if to_throw is not None:
+                            exc, to_throw = to_throw, None
+                            item = await agen.athrow(exc)
+                        else:
+                            item = await agen.asend(to_send)
+                    except StopAsyncIteration:
+                        busy += perf_counter_ns() - t0
+                        return
+                    except BaseException as exc:
+                        busy += perf_counter_ns() - t0
+                        failure = exc
+                        raise
+                    busy += perf_counter_ns() - t0
+                    try:
+                        to_send = yield item
+                    except GeneratorExit:
+                        t0 = perf_counter_ns()
+                        try:
+                            await agen.aclose()
+                        finally:
+                            busy += perf_counter_ns() - t0
+                        raise
+                    except BaseException as exc:
+                        to_send, to_throw = None, exc
+            finally:
+                end = perf_counter_ns()
+                k = key if failure is None else _outcome_key(name, labels, failure)
+                _record(name, k, ledger, busy, end)
+
+        return wrapper
+
+    def __repr__(self) -> str:
+        return f"stage({self._name!r}, labels={dict(self._labels)!r})"
+
+
+def _current_id() -> str | None:
+    req = _current.get()
+    return None if req is None else req.id
+
+
+def _call_hooked(
+    fn: Callable[..., Any],
+    name: str,
+    labels: Labels,
+    key: SeriesKey,
+    ledger: Ledger | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    tokens = _hooks.hooks_start(name, labels, _current_id(), "stage")
+    t0 = perf_counter_ns()
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:
+        end = perf_counter_ns()
+        _record(name, _outcome_key(name, labels, exc), ledger, end - t0, end)
+        _hooks.hooks_end(tokens, exc)
+        raise
+    end = perf_counter_ns()
+    _record(name, key, ledger, end - t0, end)
+    _hooks.hooks_end(tokens, None)
+    return result
