@@ -23,6 +23,15 @@ class StageHook(Protocol):
     def end(self, token: object, error: BaseException | None) -> None: ...
 
 
+class SampleHook(StageHook, Protocol):
+    """Optionally also receives durations that have no start/end pair: stream ``ttft``/
+    ``itl``/``tpot``/stream totals and generator stages (``sample`` is looked up with
+    ``getattr``, so plain :class:`StageHook` objects need not define it)."""
+
+    def sample(self, name: str, labels: tuple[tuple[str, str], ...], request_id: str | None,
+               duration_ns: int, error: BaseException | None) -> None: ...
+
+
 #: registered hooks; mutated only by add_hook/remove_hook (copy-on-write, so iteration on the
 #: hot path never sees a list changing under it)
 HOOKS: list[StageHook] = []
@@ -57,4 +66,17 @@ def hooks_end(tokens: list[tuple[StageHook, object]], error: BaseException | Non
             hook.end(token, error)
         except Exception:
             _log.exception("aiperf_sdk hook %r failed in end(); disabling it", hook)
+            remove_hook(hook)
+
+
+def hooks_sample(name: str, labels: tuple[tuple[str, str], ...], request_id: str | None,
+                 duration_ns: int, error: BaseException | None = None) -> None:
+    for hook in HOOKS:
+        sample = getattr(hook, "sample", None)
+        if sample is None:
+            continue
+        try:
+            sample(name, labels, request_id, duration_ns, error)
+        except Exception:
+            _log.exception("aiperf_sdk hook %r failed in sample(); disabling it", hook)
             remove_hook(hook)

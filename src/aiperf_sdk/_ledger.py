@@ -267,7 +267,7 @@ class Ledger:
         sid = self._ids.get(key)
         if sid is not None:
             return sid
-        stage, labels = key
+        stage = key[0]
         if self._label_sets.get(stage, 0) >= self.max_label_sets:
             okey = (stage, OVERFLOW_LABELS)
             if okey not in self._ids:

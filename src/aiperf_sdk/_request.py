@@ -79,7 +79,7 @@ def current_request_id() -> str | None:
     return None if req is None else req.id
 
 
-class request:  # noqa: N801 - used like a function: `with perf.request():`
+class request:
     """Scope of one request: sets the correlation ID and records the ``e2e`` stage.
 
     Works with ``with`` and ``async with``; ``as`` gives the :class:`Request`. An ``id`` that
@@ -106,7 +106,7 @@ class request:  # noqa: N801 - used like a function: `with perf.request():`
 
     def __init__(
         self,
-        id: str | None = None,  # noqa: A002 - the public name is `id`
+        id: str | None = None,
         *,
         ledger: Ledger | None = None,
         labels: dict[str, object] | None = None,

@@ -41,7 +41,7 @@ def _record(name: str, key: SeriesKey, ledger: Ledger | None, duration: int, end
         ledger._fold()
 
 
-class stage:  # noqa: N801 - used like a function: `@perf.stage("prefill")`
+class stage:
     """Time a block (``with`` / ``async with``) or a function into the ledger.
 
     As a decorator it works on sync and async functions and on sync and async generators
@@ -223,6 +223,8 @@ class stage:  # noqa: N801 - used like a function: `@perf.stage("prefill")`
                 end = perf_counter_ns()
                 k = key if failure is None else _outcome_key(name, labels, failure)
                 _record(name, k, ledger, busy, end)
+                if _hooks.HOOKS:
+                    _hooks.hooks_sample(name, k[1], _current_id(), busy, failure)
 
         return wrapper
 
@@ -268,6 +270,8 @@ class stage:  # noqa: N801 - used like a function: `@perf.stage("prefill")`
                 end = perf_counter_ns()
                 k = key if failure is None else _outcome_key(name, labels, failure)
                 _record(name, k, ledger, busy, end)
+                if _hooks.HOOKS:
+                    _hooks.hooks_sample(name, k[1], _current_id(), busy, failure)
 
         return wrapper
 

@@ -6,13 +6,14 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from time import perf_counter_ns
 from typing import Generic, TypeVar
 
+from . import _hooks
 from ._ledger import CANCELLED_LABEL, ERROR_LABEL, Labels, Ledger, _default, make_labels
 from ._request import Request, _current
 
 T = TypeVar("T")
 
 
-class stream(Generic[T]):  # noqa: N801 - used like a function: `perf.stream("decode", gen)`
+class stream(Generic[T]):
     """Wrap a token iterator (sync or async) and record its latency profile.
 
     Records, under the stream's labels:
@@ -33,8 +34,17 @@ class stream(Generic[T]):  # noqa: N801 - used like a function: `perf.stream("de
     """
 
     __slots__ = (
-        "_count", "_done", "_first", "_last", "_ledger", "_labels", "_name", "_req", "_source",
-        "_start", "_ttft_from",
+        "_count",
+        "_done",
+        "_first",
+        "_labels",
+        "_last",
+        "_ledger",
+        "_name",
+        "_req",
+        "_source",
+        "_start",
+        "_ttft_from",
     )
 
     def __init__(
@@ -82,6 +92,8 @@ class stream(Generic[T]):  # noqa: N801 - used like a function: `perf.stream("de
             stages = req.stages
             stages[name] = stages.get(name, 0) + duration
         (ledger if ledger is not None else _default[0])._append((name, labels), duration, end)
+        if _hooks.HOOKS:
+            _hooks.hooks_sample(name, labels, None if req is None else req.id, duration)
 
     def _finish(self, exc: BaseException | None) -> None:
         if self._done:

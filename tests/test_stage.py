@@ -1,0 +1,238 @@
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import pytest
+
+import aiperf_sdk as perf
+
+
+def _ms(ledger: perf.Ledger, stage: str, **labels: object) -> float:
+    return ledger.percentile(stage, 50.0, **labels)
+
+
+def test_decorated_sync_function(perf_ledger: perf.Ledger) -> None:
+    @perf.stage("prefill", model="chat_v3")
+    def prefill(x: int) -> int:
+        time.sleep(0.01)
+        return x * 2
+
+    assert prefill(21) == 42
+    assert prefill.__name__ == "prefill"
+    assert perf_ledger.count("prefill", model="chat_v3") == 1
+    assert 9.0 <= _ms(perf_ledger, "prefill") < 1000
+
+
+@pytest.mark.anyio
+async def test_decorated_async_function(perf_ledger: perf.Ledger) -> None:
+    @perf.stage("fetch")
+    async def fetch() -> str:
+        await anyio.sleep(0.01)
+        return "ok"
+
+    assert await fetch() == "ok"
+    assert perf_ledger.count("fetch") == 1
+    assert _ms(perf_ledger, "fetch") >= 9.0
+
+
+def test_with_block_and_request_breakdown(perf_ledger: perf.Ledger) -> None:
+    with perf.request(id="r1"):
+        with perf.stage("tokenize"):
+            time.sleep(0.005)
+        with perf.stage("tokenize"):
+            time.sleep(0.005)
+    assert perf_ledger.count("tokenize") == 2
+    trace = perf_ledger.slowest("e2e")[0]
+    assert trace.id == "r1"
+    assert trace.stages["tokenize"] >= 10.0
+    assert trace.total_ms >= trace.stages["tokenize"]
+
+
+@pytest.mark.anyio
+async def test_async_with_block(perf_ledger: perf.Ledger) -> None:
+    async with perf.request(), perf.stage("io", kind="disk"):
+        await anyio.sleep(0.005)
+    assert perf_ledger.count("io", kind="disk") == 1
+
+
+def test_stage_outside_request_records_with_no_request(perf_ledger: perf.Ledger) -> None:
+    with perf.stage("lonely"):
+        assert perf.current_request_id() is None
+    assert perf_ledger.count("lonely") == 1
+    assert perf_ledger.slowest("lonely") == []  # no request, no trace
+
+
+def test_error_is_labelled_and_reraised_unchanged(perf_ledger: perf.Ledger) -> None:
+    err = ValueError("bad input")
+
+    @perf.stage("decode")
+    def decode() -> None:
+        raise err
+
+    with pytest.raises(ValueError) as info:
+        decode()
+    assert info.value is err
+    with pytest.raises(ZeroDivisionError), perf.stage("decode"):
+        _ = 1 / 0
+    assert perf_ledger.count("decode") == 0
+    assert perf_ledger.count("decode", outcome="error") == 2
+
+
+@pytest.mark.anyio
+async def test_cancellation_is_labelled_cancelled(perf_ledger: perf.Ledger) -> None:
+    @perf.stage("slow")
+    async def slow() -> None:
+        await anyio.sleep(10)
+
+    with anyio.move_on_after(0.01):
+        await slow()
+    assert perf_ledger.count("slow", outcome="cancelled") == 1
+    assert perf_ledger.count("slow") == 0
+
+
+def test_sync_generator_records_body_time_and_early_close(perf_ledger: perf.Ledger) -> None:
+    @perf.stage("gen")
+    def gen(n: int) -> Iterator[int]:
+        for i in range(n):
+            time.sleep(0.002)
+            yield i
+        return
+
+    out = []
+    for v in gen(5):
+        out.append(v)
+        time.sleep(0.01)  # consumer time is not the generator's
+    assert out == [0, 1, 2, 3, 4]
+    body = _ms(perf_ledger, "gen")
+    assert 10.0 <= body < 40.0  # ~5 × 2 ms, not the ~60 ms wall time
+
+    g = gen(100)
+    assert next(g) == 0
+    g.close()  # closed early: records what ran
+    assert perf_ledger.count("gen") == 2
+    assert perf_ledger.count("gen", outcome="error") == 0
+
+
+def test_sync_generator_send_throw_and_return_value(perf_ledger: perf.Ledger) -> None:
+    @perf.stage("echo")
+    def echo() -> Iterator[int]:
+        total = 0
+        while True:
+            try:
+                got = yield total
+            except KeyError:
+                total = -1
+                continue
+            if got is None:
+                return
+            total += got
+
+    g = echo()
+    assert next(g) == 0
+    assert g.send(5) == 5
+    assert g.throw(KeyError("k")) == -1
+    with pytest.raises(StopIteration):
+        g.send(None)
+    assert perf_ledger.count("echo") == 1
+
+
+def test_generator_raising_is_an_error(perf_ledger: perf.Ledger) -> None:
+    @perf.stage("gen")
+    def gen() -> Iterator[int]:
+        yield 1
+        raise RuntimeError("mid-stream")
+
+    with pytest.raises(RuntimeError, match="mid-stream"):
+        list(gen())
+    assert perf_ledger.count("gen", outcome="error") == 1
+
+
+@pytest.mark.anyio
+async def test_async_generator_and_early_close(perf_ledger: perf.Ledger) -> None:
+    @perf.stage("agen")
+    async def agen(n: int) -> AsyncIterator[int]:
+        for i in range(n):
+            await anyio.sleep(0.001)
+            yield i
+
+    assert [x async for x in agen(3)] == [0, 1, 2]
+    g = agen(10)
+    assert await g.__anext__() == 0
+    await g.aclose()
+    assert perf_ledger.count("agen") == 2
+
+
+@pytest.mark.anyio
+async def test_async_generator_error(perf_ledger: perf.Ledger) -> None:
+    @perf.stage("agen")
+    async def agen() -> AsyncIterator[int]:
+        yield 1
+        raise OSError("eof")
+
+    with pytest.raises(OSError, match="eof"):
+        async for _ in agen():
+            pass
+    assert perf_ledger.count("agen", outcome="error") == 1
+
+
+def test_stage_object_reused_sequentially_but_not_reentered(perf_ledger: perf.Ledger) -> None:
+    s = perf.stage("shared")
+    with s:
+        pass
+    with s:
+        pass
+    assert perf_ledger.count("shared") == 2
+    with s, pytest.raises(RuntimeError, match="already active"), s:
+        pass
+
+
+def test_bad_stage_name_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        perf.stage("")
+    with pytest.raises(TypeError):
+        perf.stage(3)  # type: ignore[arg-type]
+
+
+def test_explicit_ledger_wins(perf_ledger: perf.Ledger) -> None:
+    other = perf.Ledger()
+    with perf.request(), perf.stage("x", ledger=other):
+        pass
+    assert other.count("x") == 1 and perf_ledger.count("x") == 0
+
+
+def test_threads_lose_no_count() -> None:
+    import threading
+
+    ledger = perf.Ledger(buffer_size=512)
+
+    @perf.stage("t", ledger=ledger)
+    def work() -> None:
+        pass
+
+    def run() -> None:
+        for _ in range(20_000):
+            work()
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ledger.count("t") == 160_000
+
+
+def test_label_cardinality_is_bounded_with_a_warning() -> None:
+    ledger = perf.Ledger(max_label_sets=4)
+    for i in range(4):
+        with perf.stage("s", ledger=ledger, user=str(i)):
+            pass
+    with pytest.warns(perf.CardinalityWarning, match="more than 4 distinct label sets"):
+        for i in range(4, 50):
+            with perf.stage("s", ledger=ledger, user=str(i)):
+                pass
+        ledger.count("s")  # reading folds the buffer
+    assert ledger.count("s", overflow="other") == 46
+    assert ledger.count("s") == 50
+    assert len(ledger.summary().rows) == 5
