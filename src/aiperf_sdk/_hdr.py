@@ -113,10 +113,13 @@ class Histogram:
         grown[: len(self.counts)] = self.counts
         self.counts = grown
 
-    def add_values(self, values: IntArray) -> None:
-        """Fold raw nanosecond values (non-negative int64) into the histogram."""
+    def add_values(self, values: IntArray) -> tuple[IntArray, IntArray]:
+        """Fold raw nanosecond values (non-negative int64) into the histogram.
+
+        Returns the (unique counts-array indices, counts) that were added.
+        """
         if values.size == 0:
-            return
+            return values, values
         highest = self.layout.highest
         vmax = int(values.max())
         vmin = int(values.min())
@@ -124,13 +127,17 @@ class Histogram:
             self.clamped += int(np.count_nonzero(values > highest))
             values = np.minimum(values, highest)
         idx = self.layout.indices(values)
-        uniq, cnt = np.unique(idx, return_counts=True)
-        self._grow(int(uniq[-1]))
-        self.counts[uniq] += cnt
+        # dense bincount beats np.unique (a sort) by ~5x for a few thousand values
+        dense = np.bincount(idx)
+        self._grow(len(dense) - 1)
+        self.counts[: len(dense)] += dense
+        uniq = np.flatnonzero(dense)
+        cnt = dense[uniq]
         self.sum_ns += int(values.sum())
         self.min_ns = vmin if self.total == 0 else min(self.min_ns, vmin)
         self.max_ns = max(self.max_ns, min(vmax, highest))
         self.total += int(values.size)
+        return uniq, cnt
 
     def add_histogram(self, other: Histogram) -> None:
         if other.layout.counts_len != self.layout.counts_len:

@@ -1,11 +1,13 @@
 """The ledger: HDR histograms keyed by (stage, labels), the one source of numbers.
 
-Hot path: ``_append`` puts a ``(key, duration_ns, end_ns)`` tuple on a list (atomic under the
-GIL, and under free-threading where list appends are internally locked). Every
-``buffer_size`` records, or before any read, the buffer is folded into the histograms in bulk
-with numpy under the ledger's lock. Items are never swapped out of the list: the fold copies
-the first ``n`` and deletes exactly those, so an append racing with the fold is kept for the
-next one.
+Hot path (``_Series.add``, inlined once more in ``_stage``): a duration is appended to its
+series' plain list (atomic under the GIL), a window mark is added when the end time crosses
+into a new interval window (one integer compare otherwise), and every ``buffer_size`` values
+the series is folded into its histogram in bulk with numpy under the ledger's lock. The fold
+copies the first ``n`` values and deletes exactly those, so an append racing with it is kept
+for the next fold. Window marks are attached to buffer positions; a record racing with a fold
+exactly at a window boundary may be counted in the neighbouring window (the histogram itself
+never loses or double-counts a value).
 """
 
 from __future__ import annotations
@@ -54,41 +56,102 @@ def make_labels(labels: Mapping[str, object]) -> Labels:
 
 
 class _Series:
-    __slots__ = ("first_start_unix_ns", "hist", "key", "last_end_unix_ns", "stage_id")
+    """One (stage, labels) series: the hot-path buffer and the histogram it folds into."""
 
-    def __init__(self, key: SeriesKey, hist: Histogram, stage_id: int) -> None:
+    __slots__ = (
+        "buf", "carry_window", "first_start", "first_start_unix_ns", "hist", "is_error", "key",
+        "last_end", "last_end_unix_ns", "ledger", "marks", "stage_id", "window_end",
+    )
+
+    def __init__(self, key: SeriesKey, ledger: Ledger, stage_id: int) -> None:
         self.key = key
-        self.hist = hist
+        self.ledger = ledger
+        self.hist = Histogram(ledger._layout)
         self.stage_id = stage_id
-        self.first_start_unix_ns = 0
+        #: errored or cancelled samples: any series carrying an ``outcome`` label
+        self.is_error = any(k == "outcome" for k, _ in key[1])
+        self.buf: list[int] = []
+        self.marks: list[tuple[int, int]] = []  # (buffer position, window index from there)
+        self.window_end = 0  # perf_counter_ns at which the current window ends
+        self.carry_window = -1  # window of buffered values before the first mark
+        self.first_start = 0  # perf_counter_ns
+        self.last_end = 0
+        self.first_start_unix_ns = 0  # from merged snapshots
         self.last_end_unix_ns = 0
 
-    @property
-    def is_error(self) -> bool:
-        """Errored or cancelled samples: any series carrying an ``outcome`` label."""
-        return any(k == "outcome" for k, _ in self.key[1])
+    def add(self, duration: int, end: int) -> None:
+        """Hot path: buffer one value; fold when the buffer is full."""
+        buf = self.buf
+        buf.append(duration)
+        if end >= self.window_end:
+            self.roll(end, duration)
+        self.last_end = end
+        if len(buf) >= self.ledger._flush_at:
+            self.ledger._fold_series(self)
+
+    def roll(self, end: int, duration: int) -> None:
+        """The value just appended ends in a new window: mark where that window starts."""
+        ledger = self.ledger
+        w = (end + ledger._unix_offset_ns) // ledger._window_ns
+        self.marks.append((len(self.buf) - 1, w))
+        self.window_end = (w + 1) * ledger._window_ns - ledger._unix_offset_ns
+        if not self.first_start:
+            self.first_start = end - duration
+
+    def clear(self) -> None:
+        del self.buf[:]
+        del self.marks[:]
+        self.window_end = 0
+        self.carry_window = -1
+        self.first_start = self.last_end = 0
+        self.first_start_unix_ns = self.last_end_unix_ns = 0
+        self.hist = Histogram(self.ledger._layout)
+
+    def span_unix_ns(self) -> tuple[int, int]:
+        """(first start, last end) in unix ns over local and merged samples; 0 if none."""
+        off = self.ledger._unix_offset_ns
+        firsts = [v for v in (self.first_start + off if self.first_start else 0,
+                              self.first_start_unix_ns) if v]
+        last = max(self.last_end + off if self.last_end else 0, self.last_end_unix_ns)
+        return (min(firsts) if firsts else 0), last
 
 
 class _Window:
-    """Sparse interval histogram of one stage over one window: ok values plus error count."""
+    """Sparse interval histogram of one stage over one window: ok values plus error count.
 
-    __slots__ = ("counts", "errors", "indices")
+    ``add`` only queues the (indices, counts) chunk; chunks are merged when more than
+    ``_MAX_PENDING`` wait or when the window is read, keeping the fold cheap.
+    """
+
+    __slots__ = ("_counts", "_indices", "_pending", "errors")
+
+    _MAX_PENDING = 16
 
     def __init__(self) -> None:
-        self.indices: IntArray = np.zeros(0, dtype=np.int64)
-        self.counts: IntArray = np.zeros(0, dtype=np.int64)
+        self._indices: IntArray = np.zeros(0, dtype=np.int64)
+        self._counts: IntArray = np.zeros(0, dtype=np.int64)
+        self._pending: list[tuple[IntArray, IntArray]] = []
         self.errors = 0
 
     def add(self, indices: IntArray, counts: IntArray) -> None:
-        if self.indices.size == 0:
-            self.indices, self.counts = indices.copy(), counts.copy()
+        self._pending.append((indices, counts))
+        if len(self._pending) > self._MAX_PENDING:
+            self._compact()
+
+    def _compact(self) -> None:
+        if not self._pending:
             return
-        idx = np.concatenate([self.indices, indices])
-        cnt = np.concatenate([self.counts, counts])
+        idx = np.concatenate([self._indices, *(p[0] for p in self._pending)])
+        cnt = np.concatenate([self._counts, *(p[1] for p in self._pending)])
+        self._pending.clear()
         uniq, inverse = np.unique(idx, return_inverse=True)
-        summed = np.zeros(uniq.size, dtype=np.int64)
-        np.add.at(summed, inverse, cnt)
-        self.indices, self.counts = uniq, summed
+        self._indices = uniq
+        self._counts = np.bincount(inverse, weights=cnt, minlength=uniq.size).astype(np.int64)
+
+    def sparse(self) -> tuple[IntArray, IntArray]:
+        """(sorted unique counts-array indices, counts)."""
+        self._compact()
+        return self._indices, self._counts
 
 
 class Window:
@@ -185,12 +248,11 @@ class Ledger:
         # perf_counter_ns -> unix ns; fixed at creation so windows of one ledger line up
         self._unix_offset_ns = time.time_ns() - time.perf_counter_ns()
         self._lock = threading.RLock()
-        self._buf: list[tuple[SeriesKey, int, int]] = []
         self._traces: list[tuple[int, dict[str, int], str, Mapping[str, str], bool, int]] = []
         self._init_state()
 
     def _init_state(self) -> None:
-        self._ids: dict[SeriesKey, int] = {}
+        self._by_key: dict[SeriesKey, _Series] = {}
         self._series: list[_Series] = []
         self._stage_ids: dict[str, int] = {}
         self._stage_names: list[str] = []
@@ -221,10 +283,54 @@ class Ledger:
         self._append((stage, make_labels(labels)), int(duration_ns), time.perf_counter_ns())
 
     def _append(self, key: SeriesKey, duration_ns: int, end_ns: int) -> None:
-        buf = self._buf
-        buf.append((key, duration_ns, end_ns))
-        if len(buf) >= self._flush_at:
-            self._fold()
+        """Record a validated value ending at ``end_ns`` (``perf_counter_ns`` clock)."""
+        series = self._by_key.get(key)
+        if series is None:
+            series = self._series_for(key)
+        series.add(duration_ns, end_ns)
+
+    def _series_for(self, key: SeriesKey) -> _Series:
+        """The series of ``key``, created on first use (cardinality-bounded)."""
+        series = self._by_key.get(key)
+        if series is not None:
+            return series
+        warn = False
+        with self._lock:
+            series = self._by_key.get(key)
+            if series is None:
+                series, warn = self._register(key)
+        if warn:
+            warnings.warn(
+                f"stage {key[0]!r} has more than {self.max_label_sets} distinct label sets; "
+                f"further ones are folded into labels {dict(OVERFLOW_LABELS)}. Labels must "
+                "have bounded values (a route template, a model name), never request IDs or "
+                "raw paths; raise Ledger(max_label_sets=...) if the set really is larger.",
+                CardinalityWarning,
+                stacklevel=4,
+            )
+        return series
+
+    def _register(self, key: SeriesKey) -> tuple[_Series, bool]:
+        """Create the series of ``key`` (lock held); past the cap, the overflow series."""
+        stage = key[0]
+        if key[1] != OVERFLOW_LABELS and self._label_sets.get(stage, 0) >= self.max_label_sets:
+            okey = (stage, OVERFLOW_LABELS)
+            overflow = self._by_key.get(okey)
+            if overflow is None:
+                overflow, _ = self._register(okey)
+            first = stage not in self._overflow_warned
+            self._overflow_warned.add(stage)
+            return overflow, first  # the overflowing key itself is never stored
+        stage_id = self._stage_ids.get(stage)
+        if stage_id is None:
+            stage_id = self._stage_ids[stage] = len(self._stage_names)
+            self._stage_names.append(stage)
+        if key[1] != OVERFLOW_LABELS:
+            self._label_sets[stage] = self._label_sets.get(stage, 0) + 1
+        series = _Series(key, self, stage_id)
+        self._series.append(series)
+        self._by_key[key] = series
+        return series, False
 
     def _add_trace(
         self,
@@ -241,103 +347,51 @@ class Ledger:
     # -- folding (off the hot path, amortised) --------------------------------------------
 
     def _fold(self) -> None:
-        warn_stages: list[str] = []
         with self._lock:
-            n = len(self._buf)
-            if n:
-                chunk = self._buf[:n]
-                del self._buf[:n]
-                warn_stages = self._fold_chunk(chunk)
+            for series in self._series:
+                if series.buf:
+                    self._fold_series(series)
             t = len(self._traces)
             if t:
                 traces = self._traces[:t]
                 del self._traces[:t]
                 self._fold_traces(traces)
-        for stage in warn_stages:
-            warnings.warn(
-                f"stage {stage!r} has more than {self.max_label_sets} distinct label sets; "
-                f"further ones are folded into labels {dict(OVERFLOW_LABELS)}. Labels must "
-                "have bounded values (a route template, a model name), never request IDs or "
-                "raw paths; raise Ledger(max_label_sets=...) if the set really is larger.",
-                CardinalityWarning,
-                stacklevel=3,
-            )
 
-    def _series_id(self, key: SeriesKey, warn: list[str]) -> int:
-        sid = self._ids.get(key)
-        if sid is not None:
-            return sid
-        stage = key[0]
-        if self._label_sets.get(stage, 0) >= self.max_label_sets:
-            okey = (stage, OVERFLOW_LABELS)
-            if okey not in self._ids:
-                self._register(okey)
-            if stage not in self._overflow_warned:
-                self._overflow_warned.add(stage)
-                warn.append(stage)
-            return self._ids[okey]
-        return self._register(key)
-
-    def _register(self, key: SeriesKey) -> int:
-        stage = key[0]
-        stage_id = self._stage_ids.get(stage)
-        if stage_id is None:
-            stage_id = self._stage_ids[stage] = len(self._stage_names)
-            self._stage_names.append(stage)
-        if key[1] != OVERFLOW_LABELS:
-            self._label_sets[stage] = self._label_sets.get(stage, 0) + 1
-        sid = len(self._series)
-        self._series.append(_Series(key, Histogram(self._layout), stage_id))
-        self._ids[key] = sid
-        return sid
-
-    def _fold_chunk(self, chunk: list[tuple[SeriesKey, int, int]]) -> list[str]:
-        keys, durations, ends = zip(*chunk, strict=True)
-        warn: list[str] = []
-        unknown = set(keys).difference(self._ids)
-        lookup: Mapping[SeriesKey, int] = self._ids
-        if unknown:
-            extra = {k: self._series_id(k, warn) for k in unknown}
-            lookup = {**self._ids, **extra}
-        sids = np.fromiter(map(lookup.__getitem__, keys), dtype=np.int64, count=len(keys))
-        values = np.fromiter(durations, dtype=np.int64, count=len(durations))
-        end_arr = np.fromiter(ends, dtype=np.int64, count=len(ends)) + self._unix_offset_ns
-
-        order = np.argsort(sids, kind="stable")
-        sids_sorted = sids[order]
-        bounds = np.flatnonzero(np.diff(sids_sorted)) + 1
-        starts = np.concatenate(([0], bounds))
-        stops = np.concatenate((bounds, [len(sids_sorted)]))
-        for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
-            sel = order[lo:hi]
-            series = self._series[int(sids_sorted[lo])]
-            vals = values[sel]
-            e = end_arr[sel]
-            series.hist.add_values(vals)
-            first = int((e - vals).min())
-            if series.first_start_unix_ns == 0 or first < series.first_start_unix_ns:
-                series.first_start_unix_ns = first
-            series.last_end_unix_ns = max(series.last_end_unix_ns, int(e.max()))
-            self._fold_windows(series, vals, e)
-        return warn
-
-    def _fold_windows(self, series: _Series, values: IntArray, ends: IntArray) -> None:
-        win = ends // self._window_ns
-        if series.is_error:
-            w_uniq, w_cnt = np.unique(win, return_counts=True)
-            for w, c in zip(w_uniq.tolist(), w_cnt.tolist(), strict=True):
-                self._window(series.stage_id, w).errors += c
-        else:
-            idx = self._layout.indices(np.minimum(values, self._layout.highest))
-            combined = (win - win.min()) * self._layout.counts_len + idx
-            uniq, cnt = np.unique(combined, return_counts=True)
-            w_rel = uniq // self._layout.counts_len
-            w_idx = uniq % self._layout.counts_len
-            base = int(win.min())
-            for w in np.unique(w_rel).tolist():
-                m = w_rel == w
-                self._window(series.stage_id, base + w).add(w_idx[m], cnt[m])
-        self._trim_windows()
+    def _fold_series(self, s: _Series) -> None:
+        with self._lock:
+            m = len(s.marks)
+            n = len(s.buf)
+            if not n:
+                return
+            values = np.fromiter(s.buf[:n], dtype=np.int64, count=n)
+            del s.buf[:n]
+            marks = s.marks[:m]
+            del s.marks[:m]
+            # marks appended since the snapshot point into the old buffer: shift them
+            for i, (pos, w) in enumerate(s.marks):
+                s.marks[i] = (max(0, pos - n), w)
+            uniq, cnt = s.hist.add_values(values)
+            # split the chunk into window segments: [start, next start) -> window
+            segments = [(0, s.carry_window)] if not marks or marks[0][0] > 0 else []
+            segments.extend((min(pos, n), w) for pos, w in marks)
+            if marks:
+                s.carry_window = marks[-1][1]
+            if len(segments) == 1 and not s.is_error:
+                if segments[0][1] >= 0:
+                    self._window(s.stage_id, segments[0][1]).add(uniq, cnt)
+            else:
+                bounds = [pos for pos, _ in segments[1:]] + [n]
+                for (lo, w), hi in zip(segments, bounds, strict=True):
+                    if hi <= lo or w < 0:
+                        continue
+                    win = self._window(s.stage_id, w)
+                    if s.is_error:
+                        win.errors += hi - lo
+                    else:
+                        vals = np.minimum(values[lo:hi], self._layout.highest)
+                        u, c = np.unique(self._layout.indices(vals), return_counts=True)
+                        win.add(u, c)
+            self._trim_windows(s.stage_id)
 
     def _window(self, stage_id: int, window_index: int) -> _Window:
         key = (stage_id, window_index)
@@ -346,15 +400,12 @@ class Ledger:
             w = self._windows[key] = _Window()
         return w
 
-    def _trim_windows(self) -> None:
-        # keep the newest `windows_kept` window indices per stage
-        by_stage: dict[int, list[int]] = {}
-        for sid, w in self._windows:
-            by_stage.setdefault(sid, []).append(w)
-        for sid, wins in by_stage.items():
-            if len(wins) > self.windows_kept:
-                for w in sorted(wins)[: len(wins) - self.windows_kept]:
-                    del self._windows[(sid, w)]
+    def _trim_windows(self, stage_id: int) -> None:
+        """Keep the newest ``windows_kept`` windows of one stage."""
+        wins = [w for sid, w in self._windows if sid == stage_id]
+        if len(wins) > self.windows_kept:
+            for w in sorted(wins)[: len(wins) - self.windows_kept]:
+                del self._windows[(stage_id, w)]
 
     def _fold_traces(
         self, traces: list[tuple[int, dict[str, int], str, Mapping[str, str], bool, int]]
@@ -435,15 +486,16 @@ class Ledger:
         """Seconds from the first sample's start to the last sample's end of ``stage``."""
         self._fold()
         want = make_labels(labels)
-        first, last = 0, 0
+        firsts, last = [], 0
         with self._lock:
             for s in self._series:
                 if s.key[0] == stage and all(p in s.key[1] for p in want) and s.hist.total:
-                    first = s.first_start_unix_ns if not first else min(
-                        first, s.first_start_unix_ns
-                    )
-                    last = max(last, s.last_end_unix_ns)
-        return (last - first) / 1e9 if last > first else 0.0
+                    f, e = s.span_unix_ns()
+                    if f:
+                        firsts.append(f)
+                    last = max(last, e)
+        first = min(firsts) if firsts else 0
+        return (last - first) / 1e9 if first and last > first else 0.0
 
     def stages(self) -> list[str]:
         """Names of the stages that have samples, in order of first appearance."""
@@ -537,8 +589,9 @@ class Ledger:
             errors = 0
             for win in groups.get(g, []):
                 errors += win.errors
-                if win.indices.size:
-                    hist.add_sparse(win.indices, win.counts)
+                w_idx, w_cnt = win.sparse()
+                if w_idx.size:
+                    hist.add_sparse(w_idx, w_cnt)
             start = g * factor_i * self._window_ns / 1e9
             out.append(Window(start, start + seconds, hist, errors))
         return out
@@ -565,8 +618,8 @@ class Ledger:
                     min_ns=s.hist.min_ns,
                     max_ns=s.hist.max_ns,
                     clamped=s.hist.clamped,
-                    first_start_unix_ns=s.first_start_unix_ns,
-                    last_end_unix_ns=s.last_end_unix_ns,
+                    first_start_unix_ns=s.span_unix_ns()[0],
+                    last_end_unix_ns=s.span_unix_ns()[1],
                 )
                 for s in self._series
                 if s.hist.total
@@ -575,8 +628,8 @@ class Ledger:
                 WindowSnapshot(
                     stage=self._stage_names[sid],
                     window_index=w,
-                    indices=win.indices.tolist(),
-                    counts=win.counts.tolist(),
+                    indices=win.sparse()[0].tolist(),
+                    counts=win.sparse()[1].tolist(),
                     errors=win.errors,
                 )
                 for (sid, w), win in sorted(self._windows.items())
@@ -624,10 +677,11 @@ class Ledger:
             h.sum_ns, h.min_ns, h.max_ns, h.clamped = s.sum_ns, s.min_ns, s.max_ns, s.clamped
             decoded.append((s, h))
         self._fold()
-        warn: list[str] = []
+        for s, _ in decoded:  # create series (and warn on overflow) outside the lock
+            self._series_for((s.stage, make_labels(s.labels)))
         with self._lock:
             for s, h in decoded:
-                series = self._series[self._series_id((s.stage, make_labels(s.labels)), warn)]
+                series = self._series_for((s.stage, make_labels(s.labels)))
                 series.hist.add_histogram(h)
                 if s.first_start_unix_ns and (
                     not series.first_start_unix_ns
@@ -647,7 +701,7 @@ class Ledger:
                         np.asarray(ws.indices, dtype=np.int64),
                         np.asarray(ws.counts, dtype=np.int64),
                     )
-            self._trim_windows()
+                self._trim_windows(stage_id)
             for stage, traces in snap.slowest.items():
                 heap = self._slowest.setdefault(stage, [])
                 for t in traces:
@@ -657,20 +711,16 @@ class Ledger:
                         heapq.heappush(heap, item)
                     elif item[0] > heap[0][0]:
                         heapq.heapreplace(heap, item)
-        for stage in warn:
-            warnings.warn(
-                f"stage {stage!r}: merged label sets past max_label_sets fold into "
-                f"{dict(OVERFLOW_LABELS)}",
-                CardinalityWarning,
-                stacklevel=2,
-            )
 
     def reset(self) -> None:
         """Drop every sample, window and trace (configuration is kept)."""
         with self._lock:
-            del self._buf[:]
             del self._traces[:]
-            self._init_state()
+            # series objects stay (decorators cache them); their contents go
+            for series in self._series:
+                series.clear()
+            self._windows.clear()
+            self._slowest.clear()
 
     def __repr__(self) -> str:
         return (

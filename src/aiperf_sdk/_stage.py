@@ -1,8 +1,9 @@
 """``stage``: time a block or a function into the ledger, tied to the current request.
 
-The hot path (``_record``) is two ``perf_counter_ns()`` reads, one ``ContextVar.get()``, one
-tuple appended to the ledger's buffer and one dict update on the request; histogram work is
-folded in bulk later (see ``_ledger``).
+The hot path is two ``perf_counter_ns()`` reads, one ``ContextVar.get()``, one dict update
+on the request (its per-stage breakdown) and one append to the series' buffer; histogram work
+is folded in bulk later (see ``_ledger``). The decorator caches its series per ledger, so a
+decorated call does no dictionary lookup by key.
 """
 
 from __future__ import annotations
@@ -35,10 +36,7 @@ def _record(name: str, key: SeriesKey, ledger: Ledger | None, duration: int, end
             ledger = req.ledger
     if ledger is None:
         ledger = _default[0]
-    buf = ledger._buf
-    buf.append((key, duration, end))
-    if len(buf) >= ledger._flush_at:
-        ledger._fold()
+    ledger._append(key, duration, end)
 
 
 class stage:
@@ -139,6 +137,8 @@ class stage:
     def _wrap_sync(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         name, labels, key, ledger = self._name, self._labels, self._key, self._ledger
 
+        cached: list[Any] = [None, None]  # (ledger, its series for `key`)
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if _hooks.HOOKS:
@@ -151,7 +151,29 @@ class stage:
                 _record(name, _outcome_key(name, labels, exc), ledger, end - t0, end)
                 raise
             end = perf_counter_ns()
-            _record(name, key, ledger, end - t0, end)
+            # -- hot path: _record() and _Series.add() inlined, with the series cached --
+            duration = end - t0
+            led = ledger
+            req = _current.get()
+            if req is not None:
+                stages = req.stages
+                stages[name] = stages.get(name, 0) + duration
+                if led is None:
+                    led = req.ledger
+            if led is None:
+                led = _default[0]
+            if led is cached[0]:
+                series = cached[1]
+            else:
+                series = led._series_for(key)
+                cached[0], cached[1] = led, series
+            buf = series.buf
+            buf.append(duration)
+            if end >= series.window_end:
+                series.roll(end, duration)
+            series.last_end = end
+            if len(buf) >= led._flush_at:
+                led._fold_series(series)
             return result
 
         return wrapper
