@@ -1,6 +1,6 @@
 """Time a toy LLM-like pipeline under open-loop load and print the latency budget report.
 
-    .venv/bin/python examples/toy_pipeline.py [--rate 40] [--seconds 5] [--budget examples/budget.yaml]
+    .venv/bin/python examples/toy_pipeline.py [--rate 40] [--seconds 5] [--budget FILE]
 
 Each request goes tokenize -> prefill -> decode (a token stream) -> serialize, with simulated
 work (sleeps scaled by prompt length, plus a rare slow prefill). Arrivals are Poisson at
