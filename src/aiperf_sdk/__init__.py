@@ -35,7 +35,6 @@ from ._errors import PerfError as PerfError
 from ._hdrlog import HdrLogWriter as HdrLogWriter
 from ._hdrlog import merge_hdr_logs as merge_hdr_logs
 from ._ledger import Ledger as Ledger
-from ._ledger import Window as Window
 from ._ledger import default_ledger as default_ledger
 from ._ledger import set_default_ledger as set_default_ledger
 from ._logsink import LogContextFilter as LogContextFilter
@@ -59,6 +58,7 @@ from ._request import current_request_id as current_request_id
 from ._request import request as request
 from ._stage import stage as stage
 from ._stream import stream as stream
+from ._window import Window as Window
 
 __version__ = "0.1.0"
 

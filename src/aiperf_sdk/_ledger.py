@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from ._errors import CardinalityWarning, InvalidDurationError, LedgerMismatchError
-from ._hdr import HdrLayout, Histogram, IntArray
+from ._hdr import HdrLayout, Histogram
 from ._models import (
     LedgerSnapshot,
     RequestTrace,
@@ -33,6 +33,7 @@ from ._models import (
     SummaryRow,
     WindowSnapshot,
 )
+from ._window import Window, _Window
 
 if TYPE_CHECKING:
     from ._budget import Budget, BudgetReport
@@ -116,81 +117,6 @@ class _Series:
         return (min(firsts) if firsts else 0), last
 
 
-class _Window:
-    """Sparse interval histogram of one stage over one window: ok values plus error count.
-
-    ``add`` only queues the (indices, counts) chunk; chunks are merged when more than
-    ``_MAX_PENDING`` wait or when the window is read, keeping the fold cheap.
-    """
-
-    __slots__ = ("_counts", "_indices", "_pending", "errors")
-
-    _MAX_PENDING = 16
-
-    def __init__(self) -> None:
-        self._indices: IntArray = np.zeros(0, dtype=np.int64)
-        self._counts: IntArray = np.zeros(0, dtype=np.int64)
-        self._pending: list[tuple[IntArray, IntArray]] = []
-        self.errors = 0
-
-    def add(self, indices: IntArray, counts: IntArray) -> None:
-        self._pending.append((indices, counts))
-        if len(self._pending) > self._MAX_PENDING:
-            self._compact()
-
-    def _compact(self) -> None:
-        if not self._pending:
-            return
-        idx = np.concatenate([self._indices, *(p[0] for p in self._pending)])
-        cnt = np.concatenate([self._counts, *(p[1] for p in self._pending)])
-        self._pending.clear()
-        uniq, inverse = np.unique(idx, return_inverse=True)
-        self._indices = uniq
-        self._counts = np.bincount(inverse, weights=cnt, minlength=uniq.size).astype(np.int64)
-
-    def sparse(self) -> tuple[IntArray, IntArray]:
-        """(sorted unique counts-array indices, counts)."""
-        self._compact()
-        return self._indices, self._counts
-
-
-class Window:
-    """One interval of a stage (all label sets, successful samples) and its error count.
-
-    Returned by :meth:`Ledger.window`; times are wall-clock unix seconds.
-    """
-
-    __slots__ = ("_hist", "end_unix_s", "errors", "start_unix_s")
-
-    def __init__(self, start: float, end: float, hist: Histogram, errors: int) -> None:
-        #: start of the window (unix seconds)
-        self.start_unix_s = start
-        #: end of the window (unix seconds)
-        self.end_unix_s = end
-        #: samples recorded with ``outcome="error"`` in the window
-        self.errors = errors
-        self._hist = hist
-
-    @property
-    def count(self) -> int:
-        """Successful samples in the window."""
-        return self._hist.total
-
-    def percentile(self, percentile: float) -> float:
-        """Latency (ms) at ``percentile`` (0..100) of the window's successful samples."""
-        return self._hist.percentiles_ns([percentile])[0] / _NS_PER_MS
-
-    def count_within(self, threshold_ms: float) -> int:
-        """Successful samples at or under ``threshold_ms`` (bucket-conservative)."""
-        return self._hist.count_at_or_below(int(threshold_ms * _NS_PER_MS))
-
-    def __repr__(self) -> str:
-        return (
-            f"Window(start_unix_s={self.start_unix_s:.3f}, count={self.count}, "
-            f"errors={self.errors})"
-        )
-
-
 class Ledger:
     """HDR latency histograms per (stage, labels); thread-safe, bounded, mergeable.
 
@@ -253,6 +179,7 @@ class Ledger:
 
     def _init_state(self) -> None:
         self._by_key: dict[SeriesKey, _Series] = {}
+        self._by_name: dict[str, _Series] = {}  # label-less series by stage name (hot path)
         self._series: list[_Series] = []
         self._stage_ids: dict[str, int] = {}
         self._stage_names: list[str] = []
@@ -284,9 +211,7 @@ class Ledger:
 
     def _append(self, key: SeriesKey, duration_ns: int, end_ns: int) -> None:
         """Record a validated value ending at ``end_ns`` (``perf_counter_ns`` clock)."""
-        series = self._by_key.get(key)
-        if series is None:
-            series = self._series_for(key)
+        series = self._by_key.get(key) or self._series_for(key)
         series.add(duration_ns, end_ns)
 
     def _series_for(self, key: SeriesKey) -> _Series:
@@ -330,6 +255,8 @@ class Ledger:
         series = _Series(key, self, stage_id)
         self._series.append(series)
         self._by_key[key] = series
+        if not key[1]:
+            self._by_name[stage] = series
         return series, False
 
     def _add_trace(
