@@ -27,6 +27,14 @@ from ._configure import ConfigurationError as ConfigurationError
 from ._configure import ExportSettings as ExportSettings
 from ._configure import configure as configure
 from ._configure import otel_views as otel_views
+from ._device_telemetry import DeviceTelemetry as DeviceTelemetry
+from ._device_telemetry import GpuSample as GpuSample
+from ._device_telemetry import TelemetryReport as TelemetryReport
+from ._device_telemetry import TelemetrySample as TelemetrySample
+from ._device_timing import device_stage as device_stage
+from ._device_timing import flush_device_timings as flush_device_timings
+from ._device_torch import DeviceUnavailableError as DeviceUnavailableError
+from ._device_torch import TorchNotInstalledError as TorchNotInstalledError
 from ._errors import BudgetExceeded as BudgetExceeded
 from ._errors import CardinalityWarning as CardinalityWarning
 from ._errors import InvalidDurationError as InvalidDurationError
@@ -44,6 +52,10 @@ from ._models import LedgerSnapshot as LedgerSnapshot
 from ._models import RequestTrace as RequestTrace
 from ._models import Summary as Summary
 from ._models import SummaryRow as SummaryRow
+from ._preprocess import DevicePreprocessor as DevicePreprocessor
+from ._preprocess import PreprocessInputError as PreprocessInputError
+from ._preprocess import SequenceTooLongError as SequenceTooLongError
+from ._preprocess import TextBatch as TextBatch
 from ._prometheus import LedgerCollector as LedgerCollector
 from ._prometheus import MetricsServer as MetricsServer
 from ._prometheus import SnapshotWriter as SnapshotWriter
@@ -58,6 +70,12 @@ from ._request import current_request_id as current_request_id
 from ._request import request as request
 from ._stage import stage as stage
 from ._stream import stream as stream
+from ._warmup import Readiness as Readiness
+from ._warmup import ShapeWarmup as ShapeWarmup
+from ._warmup import WarmupError as WarmupError
+from ._warmup import WarmupReport as WarmupReport
+from ._warmup import warmup as warmup
+from ._warmup import warmup_shapes as warmup_shapes
 from ._window import Window as Window
 
 __version__ = "0.1.0"
@@ -70,8 +88,12 @@ __all__ = (
     "BudgetReport",
     "BudgetRow",
     "CardinalityWarning",
+    "DevicePreprocessor",
+    "DeviceTelemetry",
+    "DeviceUnavailableError",
     "ConfigurationError",
     "ExportSettings",
+    "GpuSample",
     "HdrLogWriter",
     "InvalidDurationError",
     "Ledger",
@@ -81,13 +103,23 @@ __all__ = (
     "LogContextFilter",
     "MetricsServer",
     "PerfError",
+    "PreprocessInputError",
+    "Readiness",
     "Request",
     "RequestTrace",
     "SLOReport",
+    "SequenceTooLongError",
+    "ShapeWarmup",
     "SnapshotWriter",
     "StageLimit",
     "Summary",
     "SummaryRow",
+    "TelemetryReport",
+    "TelemetrySample",
+    "TextBatch",
+    "TorchNotInstalledError",
+    "WarmupError",
+    "WarmupReport",
     "Window",
     "assert_within_budget",
     "configure",
@@ -95,6 +127,8 @@ __all__ = (
     "current_request_id",
     "current_stage",
     "default_ledger",
+    "device_stage",
+    "flush_device_timings",
     "merge_hdr_logs",
     "otel_views",
     "prometheus_app",
@@ -106,5 +140,7 @@ __all__ = (
     "start_snapshot_writer",
     "stream",
     "structlog_processor",
+    "warmup",
+    "warmup_shapes",
     "write_snapshot",
 )
