@@ -133,3 +133,12 @@ def test_plain_thread_needs_copy_context() -> None:
         plain.start(), copied.start()
         plain.join(), copied.join()
     assert out == {"plain": None, "copied": "t1"}
+
+
+def test_request_exited_in_another_context_still_records(perf_ledger: perf.Ledger) -> None:
+    scope = perf.request(id="moved")
+    ctx = contextvars.copy_context()
+    ctx.run(scope.__enter__)
+    scope.__exit__(None, None, None)  # exit from the outer context, as a finaliser would
+    assert perf_ledger.count("e2e") == 1
+    assert perf.current_request_id() is None

@@ -163,7 +163,12 @@ class request:
             self._joined = False
             return
         if self._token is not None:
-            _current.reset(self._token)
+            try:
+                _current.reset(self._token)
+            except ValueError:
+                # exited in another context (e.g. an async generator finalised elsewhere):
+                # the variable belongs to that other context, which is gone with it
+                pass
             self._token = None
         labels = req.labels
         if exc is not None:
