@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections import defaultdict
+from contextlib import suppress
 from contextvars import ContextVar, Token
 from time import perf_counter_ns
 from types import TracebackType
@@ -50,7 +52,7 @@ class Request:
         #: ledger the request (and stages without their own) record into; None: the default
         self.ledger = ledger
         #: nanoseconds per stage name accumulated inside this request
-        self.stages: dict[str, int] = {}
+        self.stages: defaultdict[str, int] = defaultdict(int)
         #: ``perf_counter_ns()`` at the start of the request
         self.start_ns = 0
         #: True when an ``id=`` was given but invalid and a new one was generated instead
@@ -163,12 +165,10 @@ class request:
             self._joined = False
             return
         if self._token is not None:
-            try:
+            # exited in another context (e.g. an async generator finalised elsewhere):
+            # the variable belongs to that other context, which is gone with it
+            with suppress(ValueError):
                 _current.reset(self._token)
-            except ValueError:
-                # exited in another context (e.g. an async generator finalised elsewhere):
-                # the variable belongs to that other context, which is gone with it
-                pass
             self._token = None
         labels = req.labels
         if exc is not None:

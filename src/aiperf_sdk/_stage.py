@@ -16,7 +16,16 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from . import _hooks
-from ._ledger import CANCELLED_LABEL, ERROR_LABEL, Labels, Ledger, SeriesKey, _default, make_labels
+from ._ledger import (
+    CANCELLED_LABEL,
+    ERROR_LABEL,
+    Labels,
+    Ledger,
+    SeriesKey,
+    _default,
+    _Series,
+    make_labels,
+)
 from ._request import _current
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,7 +40,7 @@ def _record(name: str, key: SeriesKey, ledger: Ledger | None, duration: int, end
     req = _current.get()
     if req is not None:
         stages = req.stages
-        stages[name] = stages.get(name, 0) + duration
+        stages[name] += duration
         if ledger is None:
             ledger = req.ledger
     if ledger is None:
@@ -68,17 +77,20 @@ class stage:
             ``with``; a decorated function is safe to call concurrently).
     """
 
-    __slots__ = ("_key", "_labels", "_ledger", "_name", "_t0", "_tokens")
+    __slots__ = ("_labels", "_ledger", "_name", "_t0", "_tokens")
 
     def __init__(self, name: str, *, ledger: Ledger | None = None, **labels: object) -> None:
-        if not isinstance(name, str) or not name:
+        if type(name) is not str or not name:
             raise TypeError(f"stage name must be a non-empty str, got {name!r}")
         self._name = name
         self._labels: Labels = make_labels(labels) if labels else ()
-        self._key: SeriesKey = (name, self._labels)
         self._ledger = ledger
         self._t0 = 0
-        self._tokens: list[tuple[_hooks.StageHook, object]] = []
+        self._tokens: list[tuple[_hooks.StageHook, object]] | None = None
+
+    @property
+    def _key(self) -> SeriesKey:
+        return (self._name, self._labels)
 
     # -- context manager ------------------------------------------------------------------
 
@@ -104,10 +116,33 @@ class stage:
         end = perf_counter_ns()
         duration = end - self._t0
         self._t0 = 0
-        key = self._key if exc is None else _outcome_key(self._name, self._labels, exc)
-        _record(self._name, key, self._ledger, duration, end)
+        name = self._name
+        # -- hot path: _record() and _Series.add() inlined --
+        led = self._ledger
+        req = _current.get()
+        if req is not None:
+            stages = req.stages
+            stages[name] += duration
+            if led is None:
+                led = req.ledger
+        if led is None:
+            led = _default[0]
+        if exc is None and not self._labels:
+            series = led._by_name.get(name)  # str hashes are cached: cheaper than a tuple key
+            if series is None:
+                series = led._series_for((name, ()))
+        else:
+            key = (name, self._labels) if exc is None else _outcome_key(name, self._labels, exc)
+            series = led._by_key.get(key) or led._series_for(key)
+        buf = series.buf
+        buf.append(duration)
+        if end >= series.window_end:
+            series.roll(end, duration)
+        series.last_end = end
+        if len(buf) >= led._flush_at:
+            led._fold_series(series)
         if self._tokens:
-            tokens, self._tokens = self._tokens, []
+            tokens, self._tokens = self._tokens, None
             _hooks.hooks_end(tokens, exc)
 
     async def __aenter__(self) -> stage:
@@ -137,10 +172,12 @@ class stage:
     def _wrap_sync(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         name, labels, key, ledger = self._name, self._labels, self._key, self._ledger
 
-        cached: list[Any] = [None, None]  # (ledger, its series for `key`)
+        cached_ledger: Ledger | None = None  # the ledger last recorded into ...
+        cached_series: _Series | None = None  # ... and its series for `key`
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            nonlocal cached_ledger, cached_series
             if _hooks.HOOKS:
                 return _call_hooked(fn, name, labels, key, ledger, args, kwargs)
             t0 = perf_counter_ns()
@@ -157,16 +194,16 @@ class stage:
             req = _current.get()
             if req is not None:
                 stages = req.stages
-                stages[name] = stages.get(name, 0) + duration
+                stages[name] += duration
                 if led is None:
                     led = req.ledger
             if led is None:
                 led = _default[0]
-            if led is cached[0]:
-                series = cached[1]
+            if led is cached_ledger and cached_series is not None:
+                series = cached_series
             else:
-                series = led._series_for(key)
-                cached[0], cached[1] = led, series
+                series = cached_series = led._series_for(key)
+                cached_ledger = led
             buf = series.buf
             buf.append(duration)
             if end >= series.window_end:

@@ -90,7 +90,7 @@ class stream(Generic[T]):
         req = self._req
         if req is not None:
             stages = req.stages
-            stages[name] = stages.get(name, 0) + duration
+            stages[name] += duration
         (ledger if ledger is not None else _default[0])._append((name, labels), duration, end)
         if _hooks.HOOKS:
             _hooks.hooks_sample(name, labels, None if req is None else req.id, duration)
