@@ -142,3 +142,15 @@ def test_request_exited_in_another_context_still_records(perf_ledger: perf.Ledge
     scope.__exit__(None, None, None)  # exit from the outer context, as a finaliser would
     assert perf_ledger.count("e2e") == 1
     assert perf.current_request_id() is None
+
+
+def test_set_labels_during_the_request(perf_ledger: perf.Ledger) -> None:
+    with perf.request() as req:
+        req.set_labels(route="/items/{id}", status_class="2xx")
+    assert perf_ledger.count("e2e", route="/items/{id}", status_class="2xx") == 1
+
+
+def test_valid_request_id_is_the_request_rule() -> None:
+    assert perf.valid_request_id("abc-1.2:3_Z")
+    for bad in ("", "a b", "x" * 129, None, 5, "é"):
+        assert not perf.valid_request_id(bad)

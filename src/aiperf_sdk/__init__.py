@@ -15,6 +15,7 @@ Example::
     print(perf.default_ledger().summary())
 """
 
+from . import gate as gate
 from ._budget import SLO as SLO
 from ._budget import Budget as Budget
 from ._budget import BudgetFileError as BudgetFileError
@@ -68,6 +69,7 @@ from ._request import Request as Request
 from ._request import current_request as current_request
 from ._request import current_request_id as current_request_id
 from ._request import request as request
+from ._request import valid_request_id as valid_request_id
 from ._stage import stage as stage
 from ._stream import stream as stream
 from ._warmup import Readiness as Readiness
@@ -139,6 +141,7 @@ __all__ = (
     "start_http_server",
     "start_snapshot_writer",
     "stream",
+    "valid_request_id",
     "structlog_processor",
     "warmup",
     "warmup_shapes",

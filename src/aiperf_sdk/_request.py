@@ -26,7 +26,13 @@ RESERVED_STAGES = frozenset({"e2e", "ttft", "itl", "tpot"})
 
 
 def valid_request_id(value: object) -> bool:
-    """True when ``value`` is an acceptable correlation ID: 1–128 of ``[A-Za-z0-9._:-]``."""
+    """True when ``value`` is an acceptable correlation ID: 1–128 of ``[A-Za-z0-9._:-]``.
+
+    ``perf.request(id=...)`` applies this rule; adapters that must know the final ID before
+    the scope opens (to put it in a response) can apply it themselves::
+
+        rid = header if perf.valid_request_id(header) else None
+    """
     return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
 
 
@@ -53,10 +59,19 @@ class Request:
         self.ledger = ledger
         #: nanoseconds per stage name accumulated inside this request
         self.stages: defaultdict[str, int] = defaultdict(int)
-        #: ``perf_counter_ns()`` at the start of the request
+        #: ``perf_counter_ns()`` at the start of the request. Adapters that open the scope
+        #: after the fact (replaying an engine's own timings) may set it to an earlier value.
         self.start_ns = 0
         #: True when an ``id=`` was given but invalid and a new one was generated instead
         self.id_replaced = id_replaced
+
+    def set_labels(self, **labels: object) -> None:
+        """Replace the labels of this request's ``e2e`` series before the scope ends.
+
+        For values known only during the request, e.g. the route template a web framework
+        matched. Bounded values only (see ``Ledger(max_label_sets=...)``).
+        """
+        self.labels = make_labels(labels)
 
     @property
     def elapsed_ms(self) -> float:
