@@ -16,6 +16,18 @@ Example::
 """
 
 from . import gate as gate
+from ._batch_types import BatcherClosedError as BatcherClosedError
+from ._batch_types import BatcherConfigError as BatcherConfigError
+from ._batch_types import BatcherError as BatcherError
+from ._batch_types import BatcherStats as BatcherStats
+from ._batch_types import BatcherUsageError as BatcherUsageError
+from ._batch_types import BatchResultMismatchError as BatchResultMismatchError
+from ._batch_types import BucketStats as BucketStats
+from ._batch_types import DeadlineExceededError as DeadlineExceededError
+from ._batch_types import QueueFullError as QueueFullError
+from ._batched import BatchedFunction as BatchedFunction
+from ._batched import batched as batched
+from ._batcher import DynamicBatcher as DynamicBatcher
 from ._budget import SLO as SLO
 from ._budget import Budget as Budget
 from ._budget import BudgetFileError as BudgetFileError
@@ -84,15 +96,25 @@ __version__ = "0.1.0"
 
 __all__ = (
     "SLO",
+    "BatchResultMismatchError",
+    "BatchedFunction",
+    "BatcherClosedError",
+    "BatcherConfigError",
+    "BatcherError",
+    "BatcherStats",
+    "BatcherUsageError",
     "Budget",
     "BudgetExceeded",
     "BudgetFileError",
     "BudgetReport",
     "BudgetRow",
+    "BucketStats",
     "CardinalityWarning",
+    "DeadlineExceededError",
     "DevicePreprocessor",
     "DeviceTelemetry",
     "DeviceUnavailableError",
+    "DynamicBatcher",
     "ConfigurationError",
     "ExportSettings",
     "GpuSample",
@@ -106,6 +128,7 @@ __all__ = (
     "MetricsServer",
     "PerfError",
     "PreprocessInputError",
+    "QueueFullError",
     "Readiness",
     "Request",
     "RequestTrace",
@@ -124,6 +147,7 @@ __all__ = (
     "WarmupReport",
     "Window",
     "assert_within_budget",
+    "batched",
     "configure",
     "current_request",
     "current_request_id",
