@@ -36,6 +36,9 @@ from ._budget import BudgetRow as BudgetRow
 from ._budget import SLOReport as SLOReport
 from ._budget import StageLimit as StageLimit
 from ._budget import assert_within_budget as assert_within_budget
+from ._capacity import CapacityError as CapacityError
+from ._capacity import CapacityPlan as CapacityPlan
+from ._capacity import plan as plan_capacity
 from ._configure import ConfigurationError as ConfigurationError
 from ._configure import ExportSettings as ExportSettings
 from ._configure import configure as configure
@@ -58,6 +61,21 @@ from ._hdrlog import merge_hdr_logs as merge_hdr_logs
 from ._ledger import Ledger as Ledger
 from ._ledger import default_ledger as default_ledger
 from ._ledger import set_default_ledger as set_default_ledger
+from ._loadgen import load_dataset as load_dataset
+from ._loadgen import run_load as run_load
+from ._loadgen import sweep as sweep
+from ._loadgen_arrivals import ArrivalProcess as ArrivalProcess
+from ._loadgen_arrivals import LoadConfigError as LoadConfigError
+from ._loadgen_arrivals import Spike as Spike
+from ._loadgen_arrivals import Step as Step
+from ._loadgen_arrivals import load_trace as load_trace
+from ._loadgen_env import environment_fingerprint as environment_fingerprint
+from ._loadgen_http import HttpTarget as HttpTarget
+from ._loadgen_http import TargetUnreachableError as TargetUnreachableError
+from ._loadgen_models import LoadResult as LoadResult
+from ._loadgen_models import ResultFileError as ResultFileError
+from ._loadgen_models import SweepResult as SweepResult
+from ._loadgen_models import load_result as load_result
 from ._logsink import LogContextFilter as LogContextFilter
 from ._logsink import current_stage as current_stage
 from ._logsink import structlog_processor as structlog_processor
@@ -77,6 +95,8 @@ from ._prometheus import read_snapshot_dir as read_snapshot_dir
 from ._prometheus import start_http_server as start_http_server
 from ._prometheus import start_snapshot_writer as start_snapshot_writer
 from ._prometheus import write_snapshot as write_snapshot
+from ._recorder import RecorderError as RecorderError
+from ._recorder import TrafficRecorder as TrafficRecorder
 from ._request import Request as Request
 from ._request import current_request as current_request
 from ._request import current_request_id as current_request_id
@@ -95,6 +115,14 @@ from ._window import Window as Window
 __version__ = "0.1.0"
 
 __all__ = (
+    "ArrivalProcess",
+    "CapacityError",
+    "CapacityPlan",
+    "HttpTarget",
+    "LoadConfigError",
+    "LoadResult",
+    "RecorderError",
+    "ResultFileError",
     "SLO",
     "BatchResultMismatchError",
     "BatchedFunction",
@@ -136,13 +164,18 @@ __all__ = (
     "SequenceTooLongError",
     "ShapeWarmup",
     "SnapshotWriter",
+    "Spike",
     "StageLimit",
+    "Step",
     "Summary",
     "SummaryRow",
+    "SweepResult",
+    "TargetUnreachableError",
     "TelemetryReport",
     "TelemetrySample",
     "TextBatch",
     "TorchNotInstalledError",
+    "TrafficRecorder",
     "WarmupError",
     "WarmupReport",
     "Window",
@@ -154,12 +187,18 @@ __all__ = (
     "current_stage",
     "default_ledger",
     "device_stage",
+    "environment_fingerprint",
     "flush_device_timings",
+    "load_dataset",
+    "load_result",
+    "load_trace",
     "merge_hdr_logs",
     "otel_views",
+    "plan_capacity",
     "prometheus_app",
     "read_snapshot_dir",
     "request",
+    "run_load",
     "set_default_ledger",
     "stage",
     "start_http_server",
@@ -167,6 +206,7 @@ __all__ = (
     "stream",
     "valid_request_id",
     "structlog_processor",
+    "sweep",
     "warmup",
     "warmup_shapes",
     "write_snapshot",
