@@ -10,4 +10,8 @@ fi
 # torch: exactly the CPU build that lies on this machine's disk (any other spec pulls CUDA).
 .venv/bin/python -m pip install -q --disable-pip-version-check \
   "torch==2.13.0" -e ".[dev,otel,prometheus]" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import aiperf_sdk" # fail here, loudly, if the install did not work
+# the integrations (integrations/<name>, one package each) and their test dependencies
+.venv/bin/python -m pip install -q --disable-pip-version-check \
+  -e "integrations/fastapi[test]" -e integrations/triton -e "integrations/vllm[test]" 2>&1 \
+  | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import aiperf_sdk, aiperf_sdk_fastapi, aiperf_sdk_triton, aiperf_sdk_vllm"
