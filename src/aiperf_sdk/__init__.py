@@ -42,6 +42,7 @@ from ._capacity import plan as plan_capacity
 from ._configure import ConfigurationError as ConfigurationError
 from ._configure import ExportSettings as ExportSettings
 from ._configure import configure as configure
+from ._configure import flush_spans as flush_spans
 from ._configure import otel_views as otel_views
 from ._device_telemetry import DeviceTelemetry as DeviceTelemetry
 from ._device_telemetry import GpuSample as GpuSample
@@ -56,6 +57,8 @@ from ._errors import CardinalityWarning as CardinalityWarning
 from ._errors import InvalidDurationError as InvalidDurationError
 from ._errors import LedgerMismatchError as LedgerMismatchError
 from ._errors import PerfError as PerfError
+from ._fingerprint import Fingerprint as Fingerprint
+from ._fingerprint import fingerprint as fingerprint
 from ._hdrlog import HdrLogWriter as HdrLogWriter
 from ._hdrlog import merge_hdr_logs as merge_hdr_logs
 from ._ledger import Ledger as Ledger
@@ -145,6 +148,7 @@ __all__ = (
     "DynamicBatcher",
     "ConfigurationError",
     "ExportSettings",
+    "Fingerprint",
     "GpuSample",
     "HdrLogWriter",
     "InvalidDurationError",
@@ -188,7 +192,9 @@ __all__ = (
     "default_ledger",
     "device_stage",
     "environment_fingerprint",
+    "fingerprint",
     "flush_device_timings",
+    "flush_spans",
     "load_dataset",
     "load_result",
     "load_trace",
