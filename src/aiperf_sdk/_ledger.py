@@ -198,16 +198,23 @@ class Ledger:
             InvalidDurationError: ``duration_ns`` is negative or not an integer.
             TypeError: ``stage`` is not a non-empty string.
         """
-        if not isinstance(stage, str) or not stage:
-            raise TypeError(f"stage must be a non-empty str, got {stage!r}")
-        if isinstance(duration_ns, bool) or not isinstance(duration_ns, (int, np.integer)):
-            raise InvalidDurationError(
-                f"duration_ns must be an integer number of nanoseconds, got {duration_ns!r}"
-                " (convert seconds with int(seconds * 1e9))"
-            )
+        if type(duration_ns) is not int:  # fast path: a plain int (bool is not int here)
+            if isinstance(duration_ns, bool) or not isinstance(duration_ns, (int, np.integer)):
+                raise InvalidDurationError(
+                    "duration_ns must be an integer number of nanoseconds, got "
+                    f"{duration_ns!r} (convert seconds with int(seconds * 1e9))"
+                )
+            duration_ns = int(duration_ns)
         if duration_ns < 0:
             raise InvalidDurationError(f"duration_ns must be >= 0, got {duration_ns}")
-        self._append((stage, make_labels(labels)), int(duration_ns), time.perf_counter_ns())
+        if type(stage) is not str or not stage:
+            raise TypeError(f"stage must be a non-empty str, got {stage!r}")
+        if labels:
+            key = (stage, make_labels(labels))
+            series = self._by_key.get(key) or self._series_for(key)
+        else:
+            series = self._by_name.get(stage) or self._series_for((stage, ()))
+        series.add(duration_ns, time.perf_counter_ns())
 
     def _append(self, key: SeriesKey, duration_ns: int, end_ns: int) -> None:
         """Record a validated value ending at ``end_ns`` (``perf_counter_ns`` clock)."""
