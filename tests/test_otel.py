@@ -41,14 +41,31 @@ def _reset(monkeypatch: pytest.MonkeyPatch, perf_ledger: perf.Ledger) -> Iterato
     assert not _hooks.HOOKS
 
 
-@pytest.fixture
-def spans() -> Iterator[tuple[InMemorySpanExporter, TracerProvider]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    perf.configure(otel_traces=True, tracer_provider=provider)
-    yield exporter, provider
-    provider.shutdown()
+class Spans:
+    """The real SDK's in-memory exporter behind a TracerProvider configured into perf."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    def finished(self) -> tuple[ReadableSpan, ...]:
+        stats = perf.flush_spans()  # deferred: build what was recorded; live: nothing to do
+        if self.mode == "deferred":
+            assert stats is not None and stats.dropped == 0 and stats.queued == 0
+        else:
+            assert stats is None
+        return self.exporter.get_finished_spans()
+
+
+@pytest.fixture(params=["deferred", "live"])
+def spans(request: pytest.FixtureRequest) -> Iterator[Spans]:
+    sp = Spans(request.param)
+    perf.configure(otel_traces=True, otel_spans=request.param, tracer_provider=sp.provider)
+    yield sp
+    perf.configure()
+    sp.provider.shutdown()
 
 
 def by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
@@ -59,8 +76,7 @@ def parent_id(span: ReadableSpan) -> int | None:
     return None if span.parent is None else span.parent.span_id
 
 
-def test_request_and_stages_become_nested_spans(spans: Any) -> None:
-    exporter, _ = spans
+def test_request_and_stages_become_nested_spans(spans: Spans) -> None:
 
     @perf.stage("prefill", model="chat")
     def prefill() -> None:
@@ -71,7 +87,7 @@ def test_request_and_stages_become_nested_spans(spans: Any) -> None:
         with perf.stage("tokenize"):
             pass
         prefill()
-    finished = exporter.get_finished_spans()
+    finished = spans.finished()
     req = by_name(finished, "request")[0]
     tok, pre, ker = (by_name(finished, n)[0] for n in ("tokenize", "prefill", "kernel"))
     assert parent_id(req) is None
@@ -88,27 +104,27 @@ def test_request_and_stages_become_nested_spans(spans: Any) -> None:
     assert pre.start_time <= ker.start_time
 
 
-def test_request_joins_an_existing_recording_span(spans: Any) -> None:
-    exporter, provider = spans
-    tracer = provider.get_tracer("framework")
+def test_request_joins_an_existing_recording_span(spans: Spans) -> None:
+    tracer = spans.provider.get_tracer("framework")
     with (
         tracer.start_as_current_span("GET /v1/chat") as server_span,
         perf.request(id="abc"),
         perf.stage("decode"),
     ):
         pass
-    finished = exporter.get_finished_spans()
-    assert [s.name for s in finished] == ["decode", "GET /v1/chat"]  # no second request span
-    server = finished[1]
+    finished = sorted(spans.finished(), key=lambda s: s.name)
+    assert [s.name for s in finished] == ["GET /v1/chat", "decode"]  # no second request span
+    server = finished[0]
     assert server.attributes is not None and server.attributes["aiperf.request_id"] == "abc"
-    assert parent_id(finished[0]) == server_span.get_span_context().span_id
+    assert parent_id(finished[1]) == server_span.get_span_context().span_id
+    assert finished[1].context.trace_id == server.context.trace_id
 
 
-def test_exception_is_recorded_and_reraised(spans: Any) -> None:
-    exporter, _ = spans
+def test_exception_is_recorded_and_reraised(spans: Spans) -> None:
     with pytest.raises(ValueError, match="boom"), perf.request(), perf.stage("prefill"):
         raise ValueError("boom")
-    finished = exporter.get_finished_spans()
+    finished = spans.finished()
+    assert sorted(s.name for s in finished) == ["prefill", "request"]
     for span in finished:
         assert span.status.status_code is StatusCode.ERROR
         assert [e.name for e in span.events] == ["exception"]
@@ -118,9 +134,8 @@ def test_exception_is_recorded_and_reraised(spans: Any) -> None:
 
 @pytest.mark.anyio
 async def test_async_stages_in_gather_task_group_and_thread_get_right_parents(
-    spans: Any, anyio_backend: str
+    spans: Spans, anyio_backend: str
 ) -> None:
-    exporter, _ = spans
 
     @perf.stage("leaf")
     async def leaf(i: int) -> None:
@@ -139,7 +154,7 @@ async def test_async_stages_in_gather_task_group_and_thread_get_right_parents(
                 await asyncio.gather(*(leaf(i) for i in range(3)))
         async with perf.stage("threaded"):
             await anyio.to_thread.run_sync(blocking)
-    finished = exporter.get_finished_spans()
+    finished = spans.finished()
     ids = {s.name: s.context.span_id for s in finished if s.name != "leaf"}
     leaves = by_name(finished, "leaf")
     parents = sorted(parent_id(s) for s in leaves if parent_id(s) == ids["group"])

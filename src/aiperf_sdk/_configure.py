@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import _hooks
 from ._errors import PerfError
+
+if TYPE_CHECKING:
+    from ._otel import SpanStats
 
 #: prefix of the environment variables read by ``configure`` (``AIPERF_OTEL=1`` ...)
 ENV_PREFIX: Final = "AIPERF_"
@@ -36,6 +39,10 @@ class ExportSettings(BaseModel):
     otel: bool = False
     #: spans per request and stage; default: ``otel``
     otel_traces: bool | None = None
+    #: ``"deferred"``: spans built off the request path from recorded timestamps (cheaper
+    #: than one raw span per stage); ``"live"``: each stage span is the current OTel span
+    #: while it runs, so downstream instrumented calls nest under it
+    otel_spans: Literal["deferred", "live"] = "deferred"
     #: ``aiperf.stage.duration`` histogram; default: ``otel``
     otel_metrics: bool | None = None
     #: OTLP/HTTP base URL (``http://collector:4318``); None: use the global/provided providers
@@ -124,6 +131,7 @@ def configure(
     otel: bool | None = None,
     otel_traces: bool | None = None,
     otel_metrics: bool | None = None,
+    otel_spans: str | None = None,
     otlp_endpoint: str | None = None,
     otlp_timeout_s: float | None = None,
     otel_export_interval_s: float | None = None,
@@ -146,6 +154,11 @@ def configure(
     its own providers exporting OTLP/HTTP on background threads (and shuts them down on the
     next ``configure``).
 
+    ``otel_spans="deferred"`` (the default) records each stage's timestamps on the request
+    path and builds its span on a background thread (see :func:`flush_spans`);
+    ``otel_spans="live"`` makes each stage span current while it runs, for code that must
+    propagate the stage's context to downstream calls.
+
     Example::
 
         perf.configure(otel=True, otlp_endpoint="http://127.0.0.1:4318",
@@ -164,6 +177,7 @@ def configure(
     settings = _settings(
         {
             "otel": otel, "otel_traces": otel_traces, "otel_metrics": otel_metrics,
+            "otel_spans": otel_spans,
             "otlp_endpoint": otlp_endpoint, "otlp_timeout_s": otlp_timeout_s,
             "otel_export_interval_s": otel_export_interval_s, "nvtx": nvtx,
             "torch_profiler": torch_profiler, "logging": logging,
@@ -213,6 +227,7 @@ def _apply(
                 _otel.make_hooks(
                     traces=settings.traces_on, metrics=settings.metrics_on,
                     tracer_provider=tracer_provider, meter_provider=meter_provider,
+                    spans=settings.otel_spans,
                 )
             )
         if settings.nvtx:
@@ -251,6 +266,10 @@ def _apply(
     # swap: hooks first (the request path sees the new set at once), then tear down the old
     for hook in _active.hooks:
         _hooks.remove_hook(hook)
+        if hook not in new_hooks:
+            close = getattr(hook, "close", None)  # deferred spans: build what is queued
+            if close is not None:
+                close()
     for hook in new_hooks:
         _hooks.add_hook(hook)
     old_owned = _active.owned
@@ -285,6 +304,40 @@ def otel_views() -> list[Any]:
     from ._otel import otel_views as views
 
     return list(views())
+
+
+def flush_spans(timeout_s: float = 5.0) -> SpanStats | None:
+    """Build the deferred spans recorded so far and flush the tracer provider.
+
+    With ``configure(otel_traces=True)`` in the default ``otel_spans="deferred"`` mode, spans
+    are built on a background thread every 50 ms; call this before reading an in-memory
+    exporter in a test, or before a short script exits (interpreter exit and the next
+    ``configure()`` also build what is queued). Then the provider's ``force_flush`` (if it
+    has one) pushes them through its span processors.
+
+    Example::
+
+        perf.configure(otel=True)
+        with perf.request(), perf.stage("prefill"):
+            ...
+        stats = perf.flush_spans()
+        assert stats.dropped == 0
+
+    Returns:
+        ``SpanStats(built, dropped, queued)`` of the deferred builder, or None when
+        deferred traces are not configured.
+
+    Raises:
+        ConfigurationError: ``timeout_s`` is not positive.
+    """
+    if timeout_s <= 0:
+        raise ConfigurationError(f"timeout_s must be > 0, got {timeout_s!r}")
+    for hook in _active.hooks:
+        flush = getattr(hook, "flush", None)
+        if flush is not None:
+            stats: SpanStats = flush(timeout_s)
+            return stats
+    return None
 
 
 def current_settings() -> ExportSettings:

@@ -1,11 +1,25 @@
 """OpenTelemetry sink: a span per request and stage, one histogram of stage durations.
 
-Traces are *live* spans: a stage's span is started when the stage starts and made current
-(``context.attach``), so code inside the stage that calls an OTel-instrumented client (httpx,
-gRPC) propagates the stage's span, and stages inside ``asyncio.gather``, anyio task groups
-and ``anyio.to_thread`` get the right parent because OTel's context is a ``ContextVar``.
-A ``request()`` inside an already recording span (e.g. FastAPI's OTel instrumentation) joins
-it: no second span, the correlation ID becomes an attribute of the existing one.
+Traces come in two modes (``configure(otel_spans=...)``):
+
+* ``"deferred"`` (default, :class:`TraceHook`): the request path only records what a span
+  needs — name, labels, ``perf_counter_ns`` start/end, error, and a reference to its parent
+  record — in a bounded deque; a background thread turns the records into real spans with
+  ``tracer.start_span(name, context=parent, start_time=unix_ns)`` + ``span.end(end_time=...)``.
+  Nesting is tracked with the SDK's own ``ContextVar`` (so ``asyncio.gather``, anyio task
+  groups and ``anyio.to_thread`` see the right parent); a parent whose children are built
+  before it ended is started lazily from its recorded start, and ended when its record comes.
+  The stage span is never the *current* OTel span, so downstream OTel-instrumented calls
+  made inside a stage nest under the enclosing live span (e.g. the server span), not under
+  the stage.
+* ``"live"`` (:class:`LiveTraceHook`): a stage's span is started when the stage starts and
+  made current (``context.attach``), so code inside the stage that calls an OTel-instrumented
+  client (httpx, gRPC) propagates the stage's span. Costs about one raw
+  ``start_as_current_span`` per stage.
+
+In both modes a ``request()`` inside an already recording span (e.g. FastAPI's OTel
+instrumentation) joins it: no second span, the correlation ID becomes an attribute of the
+existing one, and the stage spans are its children.
 
 Metrics never touch the OTel SDK on the request path: a stage end appends a tuple to a
 bounded deque; the samples are recorded into the histogram instrument when a metric reader
@@ -15,18 +29,22 @@ reader's thread.
 
 from __future__ import annotations
 
+import atexit
+import logging
+import os
+import threading
 import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
-from contextvars import Token
-from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any, Final, cast
+from contextvars import ContextVar, Token
+from time import perf_counter_ns, time_ns
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, StatusCode, Tracer
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.view import View
@@ -50,8 +68,8 @@ def _outcome(labels: Labels, error: BaseException | None) -> Labels:
     return tuple(sorted((*labels, pair)))
 
 
-class TraceHook:
-    """Stage hook that opens a live OTel span per request and stage."""
+class LiveTraceHook:
+    """Stage hook that opens a live OTel span per request and stage (``otel_spans="live"``)."""
 
     __slots__ = ("_attrs", "_tracer")
 
@@ -100,6 +118,281 @@ class TraceHook:
                 span.set_attribute("aiperf.outcome", "cancelled")
         otel_context.detach(ctx_token)
         span.end()
+
+
+# -- deferred spans ----------------------------------------------------------------------------
+
+#: ``configure(otel_spans=...)``: build spans after the fact, or keep them live and current
+SpanMode = Literal["deferred", "live"]
+
+_log = logging.getLogger("aiperf_sdk")
+
+
+class SpanStats(NamedTuple):
+    """Counters of the deferred span builder (:func:`aiperf_sdk.flush_spans`)."""
+
+    #: spans handed to the tracer (started and ended) so far
+    built: int
+    #: spans lost: the queue was full, the sink was reconfigured while they ran, or the SDK
+    #: raised while building them
+    dropped: int
+    #: records waiting in the queue
+    queued: int
+
+
+class _Pending:
+    """What the request path records for one deferred span (and, later, the built span)."""
+
+    __slots__ = (
+        "ctx", "error", "kind", "labels", "name", "offset", "parent", "request_id", "span", "t0",
+        "t1", "token",
+    )
+
+    def __init__(
+        self, name: str, labels: Labels, request_id: str | None, kind: str,
+        parent: _Pending | SpanContext | None, offset: int,
+    ) -> None:
+        self.name = name
+        self.labels = labels
+        self.request_id = request_id
+        self.kind = kind
+        #: the enclosing deferred record, a live span's context, or None (a root span)
+        self.parent = parent
+        #: ``time_ns() - perf_counter_ns()`` of the trace's root, so a trace has one time base
+        self.offset = offset
+        self.error: BaseException | None = None
+        self.t0 = 0
+        self.t1 = 0
+        self.token: Token[_Pending | None] | None = None
+        #: the SDK span, once the builder started it (kept after it ended: late children of a
+        #: fire-and-forget task still need its context)
+        self.span: Span | None = None
+        #: an OTel context holding ``span``, made once for all of its children
+        self.ctx: Context | None = None
+
+
+#: the innermost deferred record in this context (task, thread)
+_current_pending: ContextVar[_Pending | None] = ContextVar("aiperf_sdk_span", default=None)
+
+
+class TraceHook:
+    """Stage hook recording spans on the request path and building them on a thread.
+
+    The request path creates one small record, sets a ``ContextVar`` and appends to a bounded
+    deque; ``start_span``/``end`` run on the builder thread every ``interval_s`` (or on
+    :meth:`flush`). Never raises into the app: a full queue or a failing SDK call drops the
+    span and counts it (:meth:`stats`).
+    """
+
+    __slots__ = (
+        "__weakref__", "_at_exit", "_attrs", "_built", "_closed", "_dropped", "_interval_s",
+        "_lock", "_max_queued", "_open", "_provider", "_queue", "_thread", "_tracer", "_wake",
+    )
+
+    def __init__(
+        self, tracer: Tracer, provider: Any = None, *, max_queued: int = 100_000,
+        interval_s: float = 0.05,
+    ) -> None:
+        self._tracer = tracer
+        self._provider = provider
+        self._queue: deque[_Pending] = deque()
+        self._max_queued = max_queued
+        self._interval_s = interval_s
+        self._dropped = 0
+        self._built = 0
+        self._closed = False
+        self._attrs: dict[tuple[str, Labels, str], dict[str, str]] = {}
+        #: started spans whose own record has not been processed yet
+        self._open: set[_Pending] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_thread()
+        ref = weakref.ref(self)
+        self._at_exit = lambda: _close_ref(ref)  # flush before the provider's own atexit
+        atexit.register(self._at_exit)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=lambda: _restart_ref(ref))
+
+    # -- request path ---------------------------------------------------------------------
+
+    def start(self, name: str, labels: Labels, request_id: str | None, kind: str) -> object:
+        parent = _current_pending.get()
+        if parent is None:
+            current = trace.get_current_span()
+            if kind == "request" and current.is_recording():
+                # join the framework's live span; our stages become its children
+                if request_id is not None:
+                    current.set_attribute("aiperf.request_id", request_id)
+                return None
+            ctx = current.get_span_context()
+            t0 = perf_counter_ns()
+            pending = _Pending(
+                name, labels, request_id, kind, ctx if ctx.is_valid else None, time_ns() - t0
+            )
+        else:
+            pending = _Pending(name, labels, request_id, kind, parent, parent.offset)
+        pending.token = _current_pending.set(pending)
+        pending.t0 = perf_counter_ns()
+        return pending
+
+    def end(self, token: object, error: BaseException | None) -> None:
+        t1 = perf_counter_ns()
+        if token is None:
+            return
+        pending = cast(_Pending, token)
+        # try/except rather than contextlib.suppress: this is the request path
+        try:  # noqa: SIM105
+            _current_pending.reset(pending.token)  # type: ignore[arg-type]
+        except ValueError:  # ended in another context (an async generator finalised elsewhere)
+            pass
+        pending.token = None
+        pending.error = error
+        pending.t1 = t1  # after error: the builder treats t1 != 0 as "finished"
+        queue = self._queue
+        if len(queue) < self._max_queued and not self._closed:
+            queue.append(pending)
+        else:
+            self._dropped += 1
+
+    # -- builder thread -------------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name="aiperf-span-builder", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(self._interval_s)
+            self._drain()
+
+    def _drain(self) -> None:
+        with self._lock:
+            queue = self._queue
+            while True:
+                try:
+                    pending = queue.popleft()
+                except IndexError:
+                    break
+                self._finish(pending)
+            # a parent started for its children whose own record was dropped (queue full):
+            # it has finished (t1 set), so end it from what it recorded
+            for pending in [p for p in self._open if p.t1]:
+                self._finish(pending)
+
+    def _finish(self, pending: _Pending) -> None:
+        span = pending.span
+        if span is not None:
+            if pending not in self._open:
+                return  # already ended by the sweep above
+            self._open.discard(pending)
+        try:
+            if span is None:
+                span = self._start(pending)
+            error = pending.error
+            end_unix = pending.t1 + pending.offset
+            if error is not None:
+                if isinstance(error, Exception):
+                    span.record_exception(error, timestamp=end_unix)
+                    span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                else:
+                    span.set_attribute("aiperf.outcome", "cancelled")
+            span.end(end_time=end_unix)
+            pending.error = None  # drop the traceback (and its frames)
+            self._built += 1
+        except Exception:
+            self._open.discard(pending)
+            self._dropped += 1
+            _log.debug("aiperf_sdk: building a deferred span failed", exc_info=True)
+
+    def _context_of(self, pending: _Pending) -> Context:
+        """A context holding the span of ``pending`` (a parent), started now if need be."""
+        ctx = pending.ctx
+        if ctx is None:
+            span = pending.span
+            if span is None:  # a parent still running: start it from its recorded start
+                span = self._start(pending)
+                self._open.add(pending)
+            ctx = pending.ctx = trace.set_span_in_context(span, Context())
+        return ctx
+
+    def _start(self, pending: _Pending) -> Span:
+        parent = pending.parent
+        if parent is None:
+            ctx = Context()
+        elif isinstance(parent, _Pending):
+            ctx = self._context_of(parent)
+        else:
+            ctx = trace.set_span_in_context(NonRecordingSpan(parent), Context())
+        attrs = self._base_attrs(pending)
+        if pending.request_id is not None:
+            attrs = {**attrs, "aiperf.request_id": pending.request_id}
+        span = self._tracer.start_span(
+            "request" if pending.kind == "request" else pending.name,
+            context=ctx,
+            attributes=attrs,
+            start_time=pending.t0 + pending.offset,
+        )
+        pending.span = span
+        return span
+
+    def _base_attrs(self, pending: _Pending) -> dict[str, str]:
+        key = (pending.name, pending.labels, pending.kind)
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            attrs = dict(pending.labels)
+            if pending.kind != "request":
+                attrs["aiperf.stage"] = pending.name
+            if len(self._attrs) < 4096:  # labels are bounded; this is only a guard
+                self._attrs[key] = attrs
+        return attrs
+
+    # -- control ----------------------------------------------------------------------------
+
+    def flush(self, timeout_s: float = 5.0) -> SpanStats:
+        """Build every queued span now (on the caller's thread), then flush the provider."""
+        self._drain()
+        force_flush = getattr(self._provider, "force_flush", None)
+        if force_flush is not None:
+            force_flush(int(timeout_s * 1000))
+        return self.stats()
+
+    def stats(self) -> SpanStats:
+        return SpanStats(self._built, self._dropped, len(self._queue))
+
+    def close(self) -> None:
+        """Stop the builder thread after building what is queued; later ends are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._at_exit)
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+        self._drain()
+
+    def _after_fork(self) -> None:
+        # threads do not survive fork: the child (a pre-forked worker) needs its own builder
+        self._lock = threading.Lock()
+        self._queue.clear()
+        self._open.clear()
+        if not self._closed:
+            self._start_thread()
+
+
+def _close_ref(ref: weakref.ref[TraceHook]) -> None:
+    hook = ref()
+    if hook is not None:
+        hook.close()
+
+
+def _restart_ref(ref: weakref.ref[TraceHook]) -> None:
+    hook = ref()
+    if hook is not None:
+        hook._after_fork()
 
 
 class MetricHook:
@@ -257,14 +550,19 @@ def build_otlp_providers(
 
 def make_hooks(
     *, traces: bool, metrics: bool, tracer_provider: Any | None, meter_provider: Any | None,
-) -> Sequence[TraceHook | MetricHook]:
+    spans: SpanMode = "deferred",
+) -> Sequence[TraceHook | LiveTraceHook | MetricHook]:
     """The OTel hooks for ``configure``; ``None`` providers mean the global ones."""
     from . import __version__
 
-    hooks: list[TraceHook | MetricHook] = []
+    hooks: list[TraceHook | LiveTraceHook | MetricHook] = []
     if traces:
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
-        hooks.append(TraceHook(provider.get_tracer(SCOPE, __version__)))
+        tracer = provider.get_tracer(SCOPE, __version__)
+        if spans == "live":
+            hooks.append(LiveTraceHook(tracer))
+        else:
+            hooks.append(TraceHook(tracer, provider))
     if metrics:
         from opentelemetry import metrics as otel_metrics
 
