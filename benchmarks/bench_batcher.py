@@ -11,20 +11,33 @@ Part 2 — overhead. A no-op batch function driven by 256 closed-loop clients: �
 of ``perf.DynamicBatcher`` next to a bare ~40-line asyncio queue + futures batcher written
 below, in the same run, and their ratio (median of interleaved repetitions).
 
-Ray Serve's ``@serve.batch`` is the issue's named peer; it is not run here (see
-docs/batching.md).
+Part 3 — slow model. A model whose batch costs ``SLOW_A + SLOW_B * len(batch)`` (fixed cost
+dominates), driven at ``SLOW_RATE`` req/s, far above its single-item rate: a batcher that forms
+batches only when the model can take one lets them grow; an eager one (Ray Serve's) cuts
+small batches while the model is busy, falls behind and queues for seconds.
 
-Run:  .venv/bin/python benchmarks/bench_batcher.py [--quick]
+Ray Serve's ``@serve.batch`` (the peer) runs in its own venv (``benchmarks/ray_peer.sh``
+creates build/venv-ray). When that venv exists, this script starts
+``benchmarks/bench_batcher_ray.py`` in it: a real ``serve.run`` deployment on 127.0.0.1 whose
+replica runs the no-op and slow-model loads against its own ``@serve.batch`` methods and, in
+the same replica process, against ``perf.DynamicBatcher`` and the bare batcher, interleaved;
+its numbers are merged into the output. Without the venv the Ray part prints "skipped".
+
+Run:  .venv/bin/python benchmarks/bench_batcher.py [--quick] [--no-ray]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
+import os
 import random
 import statistics
+import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiperf_sdk as perf
@@ -147,39 +160,187 @@ async def noop(items: list[int]) -> list[int]:
     return items
 
 
-async def drive(submit: Any, clients: int, per_client: int) -> float:
+async def drive(
+    submit: Callable[[int], Awaitable[Any]], clients: int, per_client: int
+) -> tuple[float, float]:
+    """Closed loop: ``clients`` tasks, each awaiting ``per_client`` no-op submits.
+
+    Returns (wall µs, event-loop thread CPU µs) per request. The CPU time is what the
+    batcher costs; on a shared machine it is far less noisy than wall time."""
     async def client() -> None:
         for i in range(per_client):
             await submit(i)
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     await asyncio.gather(*(client() for _ in range(clients)))
-    return (time.perf_counter() - t0) / (clients * per_client) * 1e6
+    n = clients * per_client
+    return (time.perf_counter() - t0) / n * 1e6, (time.thread_time() - c0) / n * 1e6
+
+
+async def bare_noop(clients: int, per_client: int) -> tuple[float, float]:
+    bb = BareBatcher(noop, 64, 1.0)
+    task = asyncio.ensure_future(bb.run())
+    try:
+        return await drive(bb.submit, clients, per_client)
+    finally:
+        task.cancel()
+
+
+async def ours_noop(clients: int, per_client: int) -> tuple[float, float]:
+    b = perf.DynamicBatcher(noop, max_batch_size=64, max_wait_ms=1.0,
+                            max_queue_size=100_000, ledger=perf.Ledger())
+    async with b:
+        return await drive(b.submit, clients, per_client)
+
+
+def overhead_table(runs: dict[str, list[tuple[float, float]]], labels: dict[str, str]) -> None:
+    """Rows of median wall µs, req/s and CPU µs per request (runs: name -> [(wall, cpu)])."""
+    print(f"{'batcher':<40} {'µs/req wall':>11} {'req/s':>9} {'µs/req CPU':>11}")
+    for name, label in labels.items():
+        wall = statistics.median(w for w, _ in runs[name])
+        cpu = statistics.median(c for _, c in runs[name])
+        print(f"{label:<40} {wall:>11.2f} {1e6 / wall:>9.0f} {cpu:>11.2f}")
+
+
+def paired_ratio(num: list[tuple[float, float]], den: list[tuple[float, float]]) -> str:
+    """Median of per-run ratios num/den (runs are interleaved, so each pair shares the
+    machine's load at that moment), for wall and CPU time."""
+    wall = statistics.median(n[0] / d[0] for n, d in zip(num, den, strict=True))
+    cpu = statistics.median(n[1] / d[1] for n, d in zip(num, den, strict=True))
+    return f"{wall:.2f}x wall, {cpu:.2f}x CPU"
 
 
 async def overhead(reps: int, clients: int = 256, per_client: int = 200) -> None:
-    bare, ours = [], []
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "ours": []}
+    await bare_noop(clients, 10)  # warm up
+    await ours_noop(clients, 10)
     for _ in range(reps):
-        bb = BareBatcher(noop, 64, 1.0)
-        task = asyncio.ensure_future(bb.run())
-        bare.append(await drive(bb.submit, clients, per_client))
-        task.cancel()
-        b = perf.DynamicBatcher(noop, max_batch_size=64, max_wait_ms=1.0,
-                                max_queue_size=100_000, ledger=perf.Ledger())
-        async with b:
-            ours.append(await drive(b.submit, clients, per_client))
-    mb, mo = statistics.median(bare), statistics.median(ours)
+        runs["bare"].append(await bare_noop(clients, per_client))
+        runs["ours"].append(await ours_noop(clients, per_client))
     print(f"\nper-request overhead, no-op fn, {clients} clients x {per_client} requests, "
           f"median of {reps} interleaved runs")
-    print(f"{'batcher':<34} {'µs/request':>10} {'req/s':>10}")
-    print(f"{'bare asyncio queue+futures':<34} {mb:>10.2f} {1e6 / mb:>10.0f}")
-    print(f"{'perf.DynamicBatcher':<34} {mo:>10.2f} {1e6 / mo:>10.0f}")
-    print(f"ratio ours/bare: {mo / mb:.2f}x")
+    overhead_table(runs, {"bare": "bare asyncio queue+futures", "ours": "perf.DynamicBatcher"})
+    print(f"per-request time ours/bare: {paired_ratio(runs['ours'], runs['bare'])} "
+          "(median of per-run ratios; target <= 1.5x)")
+
+
+# -- slow model: gated vs eager batch formation ---------------------------------------------
+
+SLOW_A_S = 0.020  # fixed cost per batch: single-item rate ~49/s
+SLOW_B_S = 0.0002  # per item
+SLOW_RATE = 1000.0
+SLOW_BATCH, SLOW_WAIT_MS = 32, 5.0
+
+
+def make_slow_model(sizes: list[int]) -> Callable[[list[int]], Awaitable[list[int]]]:
+    async def slow_model(batch: list[int]) -> list[int]:
+        sizes.append(len(batch))
+        await asyncio.sleep(SLOW_A_S + SLOW_B_S * len(batch))
+        return batch
+    return slow_model
+
+
+async def open_loop(
+    submit: Callable[[int], Awaitable[Any]], rate: float, n: int, seed: int
+) -> list[float]:
+    """Poisson arrivals of ``n`` requests at ``rate``/s; sorted end-to-end latencies in ms."""
+    rng = random.Random(seed)
+    lat_ms: list[float] = []
+
+    async def one(x: int) -> None:
+        t0 = time.perf_counter()
+        await submit(x)
+        lat_ms.append((time.perf_counter() - t0) * 1e3)
+
+    tasks = []
+    t_next = time.perf_counter()
+    for i in range(n):
+        t_next += rng.expovariate(rate)
+        delay = t_next - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(one(i)))
+    await asyncio.gather(*tasks)
+    return sorted(lat_ms)
+
+
+def summary(lat_ms: list[float], sizes: list[int]) -> dict[str, float]:
+    def pct(p: float) -> float:
+        return lat_ms[min(len(lat_ms) - 1, int(p / 100 * len(lat_ms)))]
+    return dict(p50=pct(50), p99=pct(99), batch=sum(sizes) / len(sizes), n=len(lat_ms))
+
+
+async def ours_slow(rate: float, n: int, seed: int) -> dict[str, float]:
+    sizes: list[int] = []
+    b = perf.DynamicBatcher(make_slow_model(sizes), max_batch_size=SLOW_BATCH,
+                            max_wait_ms=SLOW_WAIT_MS, max_queue_size=100_000,
+                            ledger=perf.Ledger())
+    async with b:
+        lat = await open_loop(b.submit, rate, n, seed)
+    return summary(lat, sizes)
+
+
+def slow_header(n: int) -> str:
+    return (f"\nslow model: {SLOW_A_S * 1e3:.0f} ms + {SLOW_B_S * 1e3:.1f} ms x len(batch) "
+            f"(single-item rate {1 / (SLOW_A_S + SLOW_B_S):.0f}/s), Poisson {SLOW_RATE:.0f} "
+            f"req/s, {n} requests, max_batch_size={SLOW_BATCH}, wait {SLOW_WAIT_MS:.0f} ms\n"
+            f"{'batcher':<40} {'batch':>6} {'p50 ms':>9} {'p99 ms':>9}")
+
+
+def slow_row(name: str, r: dict[str, float]) -> str:
+    return f"{name:<40} {r['batch']:>6.1f} {r['p50']:>9.1f} {r['p99']:>9.1f}"
+
+
+# -- Ray Serve peer (separate venv, separate process) ---------------------------------------
+
+RAY_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "build",
+                          "venv-ray", "bin", "python")
+
+
+def ray_peer(quick: bool, ray_python: str) -> None:
+    print("\nRay Serve @serve.batch peer (real serve.run deployment on 127.0.0.1; ours and the "
+          "bare batcher run in the same replica process, interleaved)")
+    if not os.path.exists(ray_python):
+        print("skipped: ray not installed in this interpreter; run with build/venv-ray "
+              "(create it with benchmarks/ray_peer.sh)")
+        return
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_batcher_ray.py")
+    cmd = [ray_python, script] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        print(f"failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+        return
+    res = json.loads(lines[-1][len("RESULT "):])
+    print_ray(res)
+
+
+def print_ray(res: dict[str, Any]) -> None:
+    ov = res["overhead"]
+    c, k, reps = ov["clients"], ov["per_client"], len(ov["ours"])
+    print(f"ray {res['ray']}; per-request overhead, no-op fn, {c} clients x {k} requests inside "
+          f"the replica ({ov['loop']} event loop), median of {reps} interleaved runs")
+    runs = {name: [tuple(x) for x in ov[name]] for name in ("ray", "bare", "ours")}
+    overhead_table(runs, {"ray": "ray.serve.batch (in replica)",
+                          "bare": "bare asyncio queue+futures",
+                          "ours": "perf.DynamicBatcher"})
+    print(f"throughput ours/Ray: {paired_ratio(runs['ray'], runs['ours'])} (target >= 2.5x)")
+    print(f"per-request time ours/bare: {paired_ratio(runs['ours'], runs['bare'])} "
+          "(target <= 1.5x)")
+    h = res["handle"]
+    print(f"{'ray.serve.batch via DeploymentHandle':<40} {h['us']:>11.2f} {1e6 / h['us']:>9.0f}"
+          f"   (driver -> replica, {h['n']} requests, {h['concurrency']} in flight)")
+    print(slow_header(res["slow"]["ours"]["n"]))
+    print(slow_row("ray.serve.batch (eager)", res["slow"]["ray"]))
+    print(slow_row("perf.DynamicBatcher (gated)", res["slow"]["ours"]))
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="shorter run (smoke test)")
+    ap.add_argument("--no-ray", action="store_true", help="skip the Ray Serve peer")
+    ap.add_argument("--ray-python", default=RAY_PYTHON,
+                    help="interpreter with ray[serve] (default: build/venv-ray/bin/python)")
     args = ap.parse_args()
     duration = 1.0 if args.quick else 3.0
     rates = [800.0, 2000.0] if args.quick else [800.0, 2000.0, 3500.0]
@@ -199,6 +360,11 @@ async def main() -> None:
             print(f"{rate:>7.0f} {name:<22} {r['goodput']:>10.0f} {r['p50']:>8.1f} "
                   f"{r['p99']:>9.1f} {r['batch']:>6.1f} {r['padding']:>8.2f} {r['shed']:>6}{vs}")
     await overhead(reps=3 if args.quick else 7)
+    n_slow = int(SLOW_RATE * (1.0 if args.quick else 2.0))
+    print(slow_header(n_slow))
+    print(slow_row("perf.DynamicBatcher (gated)", await ours_slow(SLOW_RATE, n_slow, seed=7)))
+    if not args.no_ray:
+        ray_peer(args.quick, args.ray_python)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import aiperf_sdk as perf
@@ -271,6 +273,35 @@ async def test_default_timeout_and_deadline_while_running() -> None:
         assert await b.submit("next", timeout_ms=10_000) == ("y", "next")
     assert model.batches == [["stuck"], ["next"]]
     assert (b.stats.timed_out, b.stats.completed) == (1, 1)
+
+
+
+async def test_result_and_deadline_in_the_same_loop_turn_end_it_once() -> None:
+    """A request's deadline fires in the same event-loop turn as its batch is released: the
+    request must end exactly once, with its result or DeadlineExceededError, and be counted
+    once. (On asyncio the timer cancels the caller's future just before the batch delivers
+    to it; the batcher must treat that request as gone, not as delivered.)"""
+    model = Model()
+    model.gate = anyio.Event()
+    b = perf.DynamicBatcher(model, max_batch_size=4, max_wait_ms=0)
+    out: list[Any] = []
+
+    async def call() -> None:
+        try:
+            out.append(await b.submit("x", timeout_ms=50))
+        except perf.DeadlineExceededError as exc:
+            out.append(exc)
+
+    async with b, anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await until(lambda: model.running == 1)
+        time.sleep(0.08)  # block the loop past the request's deadline, then in one turn:
+        await anyio.lowlevel.checkpoint()  # we run first (scheduled before the timer) ...
+        model.gate.set()  # ... the batch is released, then the deadline timer fires
+    assert len(out) == 1
+    assert out[0] == ("y", "x") or isinstance(out[0], perf.DeadlineExceededError)
+    s = b.stats
+    assert (s.submitted, s.completed + s.timed_out, s.failed, s.cancelled) == (1, 1, 0, 0)
 
 
 # -- gating: batches grow under a slow model --------------------------------------------------
@@ -634,3 +665,33 @@ async def test_submit_sync_on_loop_thread_is_a_usage_error() -> None:
             b.submit_sync(1)
         # from a worker thread of this same loop it works
         assert await anyio.to_thread.run_sync(lambda: b.submit_sync(7)) == ("y", 7)
+
+
+def test_bulk_ledger_records_match_one_append_per_value() -> None:
+    """The batcher records a batch's stages with one buffer extend per series; the ledger
+    must end up exactly as with one ``_append`` per request (values, windows, errors)."""
+    import random
+    import time
+
+    from aiperf_sdk._batch_queue import _append_many
+
+    a = perf.Ledger(window_s=0.001, windows_kept=1000, buffer_size=7)
+    b = perf.Ledger(window_s=0.001, windows_kept=1000, buffer_size=7)
+    b._unix_offset_ns = a._unix_offset_ns
+    keys = [("batch.run", (("bucket", "all"),)),
+            ("batch.run", (("bucket", "all"), ("outcome", "error")))]
+    rng = random.Random(3)
+    base = time.perf_counter_ns()
+    for i in range(80):
+        end = base + i * 400_000  # a new 1 ms window every few batches
+        key = keys[i % 3 == 0]
+        durations = [rng.randrange(1, 5_000_000) for _ in range(rng.randrange(0, 10))]
+        for d in durations:
+            a._append(key, d, end)
+        _append_many(b, key, durations, end)
+    assert a.count("batch.run", bucket="all") > 0
+    assert a.snapshot() == b.snapshot()
+    wa, wb = a.window(stage="batch.run"), b.window(stage="batch.run")
+    assert len(wa) > 10
+    assert [(w.start_unix_s, w.count, w.errors, w.percentile(99)) for w in wa] == [
+        (w.start_unix_s, w.count, w.errors, w.percentile(99)) for w in wb]

@@ -11,13 +11,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._batch_types import BatcherConfigError
-from ._ledger import CANCELLED_LABEL, ERROR_LABEL, Labels, SeriesKey
+from ._ledger import CANCELLED_LABEL, ERROR_LABEL, Labels, Ledger, SeriesKey
 
 # request states
 _QUEUED, _RUNNING, _DONE, _GONE = 0, 1, 2, 3
 # outcomes
 _OK, _FAILED, _TIMED_OUT = 0, 1, 2
 _STOPPED, _STARTED = 0, 1
+#: what a request's waiter carries unless the request succeeded (its result otherwise)
+_NOT_OK: Any = object()
 
 
 class _Req:
@@ -36,7 +38,7 @@ class _Req:
         self.waiter = waiter
         self.state = _QUEUED
         self.kind = _OK
-        self.result: Any = None
+        self.result: Any = _NOT_OK
         self.error: BaseException | None = None
         self.start_ns = 0
         self.end_ns = 0
@@ -44,8 +46,9 @@ class _Req:
 
 class _Bucket:
     __slots__ = (
-        "batches", "bound", "label", "labels", "live", "max_len", "padded", "prios", "queue_key",
-        "queues", "real", "requests", "run_cancel_key", "run_err_key", "run_key", "stale",
+        "batches", "bound", "label", "labels", "live", "max_len", "padded", "prios", "q0",
+        "queue_key", "queues", "real", "requests", "run_cancel_key", "run_err_key", "run_key",
+        "stale",
     )
 
     def __init__(self, bound: float, label: str, base: Labels) -> None:
@@ -59,6 +62,7 @@ class _Bucket:
             "batch.run", tuple(sorted((*self.labels, CANCELLED_LABEL))))
         #: priority -> FIFO of requests; ``prios`` lists the priorities, highest first
         self.queues: dict[int, deque[_Req]] = {0: deque()}
+        self.q0 = self.queues[0]  #: the priority-0 queue (the hot path's)
         self.prios: list[int] = [0]
         self.live = 0  # queued requests still waiting
         self.stale = 0  # cancelled/expired requests still sitting in the deques
@@ -100,10 +104,18 @@ class _Bucket:
             live = deque(r for r in q if r.state == _QUEUED)
             if live or p == 0:
                 self.queues[p] = live
+                if p == 0:
+                    self.q0 = live
             else:
                 del self.queues[p]
                 self.prios.remove(p)
         self.stale = 0
+
+
+def _append_many(ledger: Ledger, key: SeriesKey, durations: list[int], end_ns: int) -> None:
+    """Record ``durations``, all ending at ``end_ns``: a batch's requests start and end
+    together, so the two ledger records per request become two list extends per batch."""
+    ledger._append_many(key, durations, end_ns)
 
 
 def _is_async_callable(fn: object) -> bool:
@@ -112,9 +124,9 @@ def _is_async_callable(fn: object) -> bool:
     )
 
 
-def _wake_future(fut: asyncio.Future[None]) -> None:
+def _wake_future(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
-        fut.set_result(None)
+        fut.set_result(_NOT_OK)
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:

@@ -4,10 +4,12 @@ Everything that touches the queue runs on the event loop's thread (a sync ``fn``
 anyio worker thread, but its results are delivered back on the loop), so no locks are needed.
 
 Hot path of ``submit``: one length call, one bucket lookup, one deque append, one waiter (an
-asyncio future, or an ``anyio.Event`` elsewhere), and two stage records when it ends. Batch
-formation happens in the worker tasks — one per ``max_concurrent_batches`` slot — and only
-when a slot is free, so while the model is busy requests keep accumulating into the next
-batch instead of being cut into small ones.
+asyncio future that carries the result, or an ``anyio.Event`` elsewhere). Batch formation
+happens in the worker tasks — one per ``max_concurrent_batches`` slot — and only when a slot
+is free, so while the model is busy requests keep accumulating into the next batch instead
+of being cut into small ones. The two stage records of each request (``batch.queue``,
+``batch.run``) are written per batch: one buffer extend per series, since a batch's requests
+share their start and end.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from time import perf_counter_ns
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar
 
 import anyio
 import anyio.abc
@@ -33,12 +35,13 @@ from ._batch_queue import (
     _DONE,
     _FAILED,
     _GONE,
-    _OK,
+    _NOT_OK,
     _QUEUED,
     _RUNNING,
     _STARTED,
     _STOPPED,
     _TIMED_OUT,
+    _append_many,
     _Bucket,
     _check_int,
     _check_timeout,
@@ -64,6 +67,9 @@ from ._stage import _outcome_key, _record
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: a formed batch: requests, their items, their queue waits (ns), longest length, total length
+_Formed = tuple[list[_Req], list[Any], list[int], int, int]
 
 class DynamicBatcher(Generic[T, R]):
     """Group concurrent single-item calls into batches of similar length for ``fn``.
@@ -196,6 +202,7 @@ class DynamicBatcher(Generic[T, R]):
         self._sizes: dict[int, int] = {}
         self._state = _STOPPED
         self._closing = False
+        self._open = False  #: accepting submits: started and not closing (one hot-path check)
         self._queued = 0
         self._running: dict[int, tuple[int, float]] = {}  # batch id -> (start_ns, predicted)
         self._batch_seq = 0
@@ -224,6 +231,7 @@ class DynamicBatcher(Generic[T, R]):
         self._tg = tg
         self._closing = False
         self._state = _STARTED
+        self._open = True
         for _ in range(self.max_concurrent_batches):
             tg.start_soon(self._worker)
         return self
@@ -236,6 +244,7 @@ class DynamicBatcher(Generic[T, R]):
     ) -> bool | None:
         """Stop: reject new requests, drain the queue through ``fn``, wait for the batches."""
         self._closing = True
+        self._open = False
         self._notify()
         tg, self._tg = self._tg, None
         cancelled = exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
@@ -303,7 +312,7 @@ class DynamicBatcher(Generic[T, R]):
                     f"length_fn must return an int >= 0, got {length!r} for this item")
         counts = self._counts
         counts[0] += 1
-        if self._state != _STARTED or self._closing:
+        if not self._open:
             counts[3] += 1
             raise BatcherClosedError(
                 "the batcher is not running; use `async with batcher:` (or "
@@ -329,7 +338,7 @@ class DynamicBatcher(Generic[T, R]):
         if priority:
             bucket.push(req, priority)
         else:  # inlined push() for the common case
-            bucket.queues[0].append(req)
+            bucket.q0.append(req)
             bucket.live += 1
             if length > bucket.max_len:
                 bucket.max_len = length
@@ -340,26 +349,36 @@ class DynamicBatcher(Generic[T, R]):
             or (self._cap and bucket.live * bucket.max_len > self._cap)
         ):
             self._notify()
+        result: Any = _NOT_OK  # the waiter's value: the result, or _NOT_OK if it failed
         try:
-            if deadline:
-                with anyio.move_on_after(timeout_ms / 1e3):  # type: ignore[operator]
-                    await (waiter if loop is not None else waiter.wait())
+            if loop is not None:
+                if deadline:
+                    with anyio.move_on_after(timeout_ms / 1e3):  # type: ignore[operator]
+                        result = await waiter
+                else:
+                    result = await waiter
             else:
-                await (waiter if loop is not None else waiter.wait())
+                if deadline:
+                    with anyio.move_on_after(timeout_ms / 1e3):  # type: ignore[operator]
+                        await waiter.wait()
+                else:
+                    await waiter.wait()
+                result = req.result
         except BaseException as exc:
             counts[6] += 1
             if req.state == _QUEUED:
                 self._record_unsent(req, bucket, exc)
             self._abandon(req, bucket)
             raise
-        if req.kind == _OK and req.state == _DONE:  # the hot path
+        if result is not _NOT_OK:  # the hot path: it succeeded
             counts[1] += 1
             rq = _current.get()
             if rq is not None:
                 st = rq.stages
                 st["batch.queue"] = st.get("batch.queue", 0) + req.start_ns - now
                 st["batch.run"] = st.get("batch.run", 0) + req.end_ns - req.start_ns
-            return cast(R, req.result)
+            ok: R = result
+            return ok
         if req.state != _DONE:  # our own deadline fired first
             req.kind = _TIMED_OUT
             req.error = DeadlineExceededError(
@@ -381,11 +400,6 @@ class DynamicBatcher(Generic[T, R]):
         now = perf_counter_ns()
         _record("batch.queue", _outcome_key("batch.queue", bucket.labels, exc),
                 self._ledger or _default[0], now - req.enq_ns, now)
-
-    def _record_bulk(self, records: list[tuple[SeriesKey, int, int]]) -> None:
-        append = (self._ledger or _default[0])._append
-        for key, duration, end in records:
-            append(key, duration, end)
 
     def submit_sync(
         self, item: T, *, timeout_ms: float | None = None, priority: int = 0
@@ -550,7 +564,7 @@ class DynamicBatcher(Generic[T, R]):
                 return
             await self._run_batch(*nxt)
 
-    async def _next_batch(self) -> tuple[_Bucket, list[_Req]] | None:
+    async def _next_batch(self) -> tuple[_Bucket, _Formed, int] | None:
         size, cap, wait_ns = self.max_batch_size, self._cap, self._wait_ns
         while True:
             now = perf_counter_ns()
@@ -572,9 +586,9 @@ class DynamicBatcher(Generic[T, R]):
                     elif not next_due or oldest + wait_ns < next_due:
                         next_due = oldest + wait_ns
             if best is not None:
-                batch = self._form(best, now)
-                if batch:
-                    return best, batch
+                formed = self._form(best, now)
+                if formed[0]:
+                    return best, formed, now
                 continue
             if self._closing and not self._queued:
                 self._notify()  # let the next free worker see the end too
@@ -606,10 +620,14 @@ class DynamicBatcher(Generic[T, R]):
             n, longest = n + 1, m
         return False
 
-    def _form(self, b: _Bucket, now: int) -> list[_Req]:
+    def _form(self, b: _Bucket, now: int) -> _Formed:
+        """Take the bucket's next batch, starting at ``now``: (requests, their items, their
+        queue waits, longest length, sum of lengths)."""
         batch: list[_Req] = []
+        items: list[Any] = []
+        waits: list[int] = []
         size, cap = self.max_batch_size, self._cap
-        longest = 0
+        longest = real = 0
         expired = 0
         full = False
         for p in list(b.prios):
@@ -634,9 +652,14 @@ class DynamicBatcher(Generic[T, R]):
                     break
                 q.popleft()
                 r.state = _RUNNING
+                r.start_ns = now
                 batch.append(r)
-                if r.length > longest:
-                    longest = r.length
+                items.append(r.item)
+                waits.append(now - r.enq_ns)
+                length = r.length
+                real += length
+                if length > longest:
+                    longest = length
             if not q and p != 0:
                 del b.queues[p]
                 b.prios.remove(p)
@@ -647,26 +670,25 @@ class DynamicBatcher(Generic[T, R]):
         self._queued -= taken
         if b.live == 0:
             b.max_len = 0
-        return batch
+        return batch, items, waits, longest, real
 
-    async def _run_batch(self, b: _Bucket, batch: list[_Req]) -> None:
+    async def _run_batch(self, b: _Bucket, formed: _Formed, start: int) -> None:
+        """Run one formed batch through fn (``start``: when it was formed, the end of its
+        requests' ``batch.queue`` and the start of their ``batch.run``)."""
+        batch, items, waits, longest, real = formed
         n = len(batch)
-        longest = max(r.length for r in batch)
-        padded, real = n * longest, sum(r.length for r in batch)
+        padded = n * longest
         cost = self._cost
         predicted = cost.predict_ns(padded) if cost.samples >= 2 else None
         bid = self._batch_seq = self._batch_seq + 1
-        start = perf_counter_ns()
         self._running[bid] = (start, predicted or 0.0)
         self._sizes[n] = self._sizes.get(n, 0) + 1
         b.batches += 1
         b.requests += n
         b.padded += padded
         b.real += real
-        for r in batch:
-            r.start_ns = start
-        self._record_bulk([(b.queue_key, start - r.enq_ns, start) for r in batch])
-        items = [r.item for r in batch]
+        ledger = self._ledger or _default[0]
+        _append_many(ledger, b.queue_key, waits, start)
         try:
             if self._is_async:
                 results: Any = await self._fn(items)
@@ -693,33 +715,37 @@ class DynamicBatcher(Generic[T, R]):
                 f"batch function returned {got} for {n} items; it must return a list of the "
                 "same length and order"), b.run_err_key, end)
             return
-        d = end - start
-        ok, err = (b.run_key, d, end), (b.run_err_key, d, end)
-        records = []
+        failed = 0
         loop = self._loop
         for r, res in zip(batch, results, strict=True):
             if isinstance(res, Exception):
-                records.append(err)
+                failed += 1
                 r.kind, r.error = _FAILED, res
-            else:
-                records.append(ok)
-                r.result = res
+                res = _NOT_OK
             if r.state != _RUNNING:
                 continue  # its caller left (cancelled or timed out): result dropped
-            r.state, r.end_ns = _DONE, end
             w = r.waiter
             if loop is None:
+                r.state, r.end_ns, r.result = _DONE, end, res
                 w.set()
             elif not w.done():
-                w.set_result(None)
-        self._record_bulk(records)
+                r.state, r.end_ns = _DONE, end
+                w.set_result(res)
+            # else: its future was cancelled (the caller's deadline or cancellation fired
+            # this loop turn); it stays _RUNNING and its submit() ends it as timed out or
+            # cancelled, exactly once
+        d = end - start
+        if failed != n:
+            _append_many(ledger, b.run_key, [d] * (n - failed), end)
+        if failed:
+            _append_many(ledger, b.run_err_key, [d] * failed, end)
 
     def _deliver_error(
         self, b: _Bucket, batch: list[_Req], exc: BaseException, key: SeriesKey, end: int = 0
     ) -> None:
         end = end or perf_counter_ns()
         d = batch[0].start_ns and end - batch[0].start_ns
-        self._record_bulk([(key, d, end)] * len(batch))
+        _append_many(self._ledger or _default[0], key, [d] * len(batch), end)
         for r in batch:
             if r.state != _RUNNING:
                 continue

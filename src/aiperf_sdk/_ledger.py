@@ -90,6 +90,21 @@ class _Series:
         if len(buf) >= self.ledger._flush_at:
             self.ledger._fold_series(self)
 
+    def add_many(self, durations: list[int], end: int) -> None:
+        """Buffer values that all end at ``end`` (a batch): same as ``add`` per value."""
+        if not durations:
+            return
+        buf = self.buf
+        if end >= self.window_end:  # the first value opens a new window, as add() does
+            buf.append(durations[0])
+            self.roll(end, durations[0])
+            buf.extend(durations[1:])
+        else:
+            buf.extend(durations)
+        self.last_end = end
+        if len(buf) >= self.ledger._flush_at:
+            self.ledger._fold_series(self)
+
     def roll(self, end: int, duration: int) -> None:
         """The value just appended ends in a new window: mark where that window starts."""
         ledger = self.ledger
@@ -220,6 +235,10 @@ class Ledger:
         """Record a validated value ending at ``end_ns`` (``perf_counter_ns`` clock)."""
         series = self._by_key.get(key) or self._series_for(key)
         series.add(duration_ns, end_ns)
+
+    def _append_many(self, key: SeriesKey, durations: list[int], end_ns: int) -> None:
+        """Record validated values that all end at ``end_ns`` (one buffer extend)."""
+        (self._by_key.get(key) or self._series_for(key)).add_many(durations, end_ns)
 
     def _series_for(self, key: SeriesKey) -> _Series:
         """The series of ``key``, created on first use (cardinality-bounded)."""
