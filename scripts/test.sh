@@ -12,3 +12,5 @@ bash scripts/install_prometheus.sh   # real Prometheus server for tests/test_pro
 .venv/bin/python -m pytest "$@"
 # PyTriton pins numpy 1.26: its real-server tests run in their own cached venv (build/)
 bash integrations/triton/run_tests.sh
+# real vLLM 0.33.0 code (no engine: no GPU), cached build/venv-vllm with torch 2.13.0 pinned
+bash integrations/vllm/run_tests.sh

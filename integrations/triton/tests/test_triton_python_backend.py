@@ -1,9 +1,10 @@
 """``PythonBackendPerf`` / ``timed_execute`` for Triton Python-backend ``model.py``.
 
-NOT against a real server: ``triton_python_backend_utils`` only exists inside Triton's
-Python-backend stub process, and driving a raw tritonserver model repository from these
-tests was not done yet (PyTriton, which runs for real in test_triton_pytriton.py, uses its
-own proxy model, not this helper). The request and metric objects below have exactly the
+Unit tests with stand-ins: ``triton_python_backend_utils`` only exists inside Triton's
+Python-backend stub process. The helper runs for real inside tritonserver 2.51.0 in
+test_triton_server.py (examples/triton_model_repository, in the Triton environment of
+integrations/triton/run_tests.sh); these cover the edge cases cheaply. The request and
+metric objects below have exactly the
 methods the helper calls on ``pb_utils.InferenceRequest`` (``request_id()``, ``parameters()``
 returning a JSON string) and ``pb_utils.MetricFamily`` (``HISTOGRAM``, ``Metric(labels=,
 buckets=)``, ``observe()``), as documented in triton-inference-server/python_backend's
