@@ -58,6 +58,8 @@ async def model(batch: list[int]) -> list[int]:
     return batch
 
 
+FINE_BUCKETS = sorted({round(16 * 1.25**i) for i in range(24) if 16 * 1.25**i <= 2048} | {2048})
+
 CONFIGS: dict[str, dict[str, Any]] = {
     "no batching": dict(max_batch_size=1, max_wait_ms=0, length_fn=int),
     "FIFO (size+wait)": dict(max_batch_size=32, max_wait_ms=5, length_fn=int),
@@ -65,6 +67,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
                         max_batch_tokens=8192),
     "+ length buckets": dict(max_batch_size=32, max_wait_ms=5, length_fn=int,
                              max_batch_tokens=8192, buckets="pow2"),
+    # geometric buckets 1.25x apart: padding inside a bucket is bounded by 1.25
+    "+ fine buckets (1.25x)": dict(max_batch_size=32, max_wait_ms=5, length_fn=int,
+                                   max_batch_tokens=8192, buckets=FINE_BUCKETS),
     "+ deadline admission": dict(max_batch_size=32, max_wait_ms=5, length_fn=int,
                                  max_batch_tokens=8192, buckets="pow2",
                                  deadline_admission=True, timeout_ms=SLO_MS),

@@ -86,6 +86,31 @@ def make_with_bench(ledger: perf.Ledger) -> Bench:
     return run
 
 
+class _BareTimer:
+    """The least a Python context manager can do: two clock reads, nothing recorded."""
+
+    __slots__ = ("name", "t0")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> _BareTimer:
+        self.t0 = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.t0 = time.perf_counter_ns() - self.t0
+
+
+def bench_bare_cm(n: int) -> float:
+    pc = time.perf_counter_ns
+    t0 = pc()
+    for _ in range(n):
+        with _BareTimer("block"):
+            pass
+    return pc() - t0
+
+
 def make_record_bench(ledger: perf.Ledger, values: list[int]) -> Bench:
     def run(n: int) -> float:
         rec = ledger.record
@@ -179,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         "floor (2x perf_counter_ns)": (bench_floor, n),
         "plain no-op call": (make_plain_call_bench(), n),
         "@perf.stage no-op call": (make_decorator_bench(ledger), n),
+        "bare __slots__ CM (no record)": (bench_bare_cm, n),
         "with perf.stage()": (make_with_bench(ledger), n),
         "ledger.record": (make_record_bench(perf.Ledger(), values), n),
         "hdrh record_value": (hdr_bench, n),
@@ -210,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nratios (targets from the core issue)")
     print(f"  decorator overhead / floor       {deco / floor:6.2f}x   (target <= 3)")
     print(f"  with-block / floor               {with_ / floor:6.2f}x   (target <= 5)")
+    bare = net["bare __slots__ CM (no record)"]
+    print(f"  bare CM, nothing recorded / floor {bare / floor:5.2f}x   (the protocol's own cost)")
     if otel is not None:
         print(f"  OTel SDK span / with-block       {net['OTel SDK span'] / with_:6.1f}x   "
               "(target >= 30)")
