@@ -32,26 +32,25 @@ class SampleHook(StageHook, Protocol):
                duration_ns: int, error: BaseException | None) -> None: ...
 
 
-#: registered hooks; mutated only by add_hook/remove_hook (copy-on-write, so iteration on the
-#: hot path never sees a list changing under it)
+#: registered hooks. One list object for the life of the process, mutated in place by
+#: add_hook/remove_hook (the C hot path holds a reference to it and checks its length);
+#: iterations below work on a snapshot, so a hook added or removed meanwhile is harmless.
 HOOKS: list[StageHook] = []
 
 
 def add_hook(hook: StageHook) -> None:
-    global HOOKS
     if hook not in HOOKS:
-        HOOKS = [*HOOKS, hook]
+        HOOKS.append(hook)
 
 
 def remove_hook(hook: StageHook) -> None:
-    global HOOKS
-    HOOKS = [h for h in HOOKS if h is not hook]
+    HOOKS[:] = [h for h in HOOKS if h is not hook]
 
 
 def hooks_start(name: str, labels: tuple[tuple[str, str], ...], request_id: str | None,
                 kind: str) -> list[tuple[StageHook, object]]:
     tokens = []
-    for hook in HOOKS:
+    for hook in tuple(HOOKS):
         try:
             tokens.append((hook, hook.start(name, labels, request_id, kind)))
         except Exception:
@@ -71,7 +70,7 @@ def hooks_end(tokens: list[tuple[StageHook, object]], error: BaseException | Non
 
 def hooks_sample(name: str, labels: tuple[tuple[str, str], ...], request_id: str | None,
                  duration_ns: int, error: BaseException | None = None) -> None:
-    for hook in HOOKS:
+    for hook in tuple(HOOKS):
         sample = getattr(hook, "sample", None)
         if sample is None:
             continue

@@ -15,11 +15,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import os
 import threading
 import time
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import numpy as np
 
@@ -132,7 +133,42 @@ class _Series:
         return (min(firsts) if firsts else 0), last
 
 
-class Ledger:
+class _PyLedgerBase:
+    """``Ledger.record`` without the optional C extension."""
+
+    __slots__ = ()
+
+    def record(self, stage: str, duration_ns: int, /, **labels: object) -> None:
+        """Record one duration (integer nanoseconds) for ``stage`` under ``labels``.
+
+        Example::
+
+            ledger.record("prefill", 12_500_000, model="chat")
+
+        Raises:
+            InvalidDurationError: ``duration_ns`` is negative or not an integer.
+            TypeError: ``stage`` is not a non-empty string.
+        """
+        _record_py(cast("Ledger", self), stage, duration_ns, **labels)
+
+
+if TYPE_CHECKING:
+    _LedgerBase = _PyLedgerBase
+    _speedups: Any = None
+else:
+    try:
+        if os.environ.get("AIPERF_PURE_PYTHON", "").strip() not in ("", "0"):
+            raise ImportError("AIPERF_PURE_PYTHON is set")
+        from . import _speedups
+    except ImportError:
+        _speedups = None
+        _LedgerBase = _PyLedgerBase
+    else:
+        # its record() handles a label-less plain int in C and calls _record_py otherwise
+        _LedgerBase = _speedups.LedgerBase
+
+
+class Ledger(_LedgerBase):
     """HDR latency histograms per (stage, labels); thread-safe, bounded, mergeable.
 
     Args:
@@ -205,31 +241,6 @@ class Ledger:
         self._seq = itertools.count()
 
     # -- recording ------------------------------------------------------------------------
-
-    def record(self, stage: str, duration_ns: int, /, **labels: object) -> None:
-        """Record one duration (integer nanoseconds) for ``stage`` under ``labels``.
-
-        Raises:
-            InvalidDurationError: ``duration_ns`` is negative or not an integer.
-            TypeError: ``stage`` is not a non-empty string.
-        """
-        if type(duration_ns) is not int:  # fast path: a plain int (bool is not int here)
-            if isinstance(duration_ns, bool) or not isinstance(duration_ns, (int, np.integer)):
-                raise InvalidDurationError(
-                    "duration_ns must be an integer number of nanoseconds, got "
-                    f"{duration_ns!r} (convert seconds with int(seconds * 1e9))"
-                )
-            duration_ns = int(duration_ns)
-        if duration_ns < 0:
-            raise InvalidDurationError(f"duration_ns must be >= 0, got {duration_ns}")
-        if type(stage) is not str or not stage:
-            raise TypeError(f"stage must be a non-empty str, got {stage!r}")
-        if labels:
-            key = (stage, make_labels(labels))
-            series = self._by_key.get(key) or self._series_for(key)
-        else:
-            series = self._by_name.get(stage) or self._series_for((stage, ()))
-        series.add(duration_ns, time.perf_counter_ns())
 
     def _append(self, key: SeriesKey, duration_ns: int, end_ns: int) -> None:
         """Record a validated value ending at ``end_ns`` (``perf_counter_ns`` clock)."""
@@ -681,6 +692,41 @@ class Ledger:
             f"highest_ms={self.highest_ms}, series={len(self._series)})"
         )
 
+
+def _record_py(self: Ledger, stage: str, duration_ns: int, /, **labels: object) -> None:
+    """``Ledger.record`` in Python (the C base class calls it beyond the plain-int case).
+
+    Record one duration (integer nanoseconds) for ``stage`` under ``labels``.
+
+    Raises:
+        InvalidDurationError: ``duration_ns`` is negative or not an integer.
+        TypeError: ``stage`` is not a non-empty string.
+    """
+    if type(duration_ns) is not int:  # fast path: a plain int (bool is not int here)
+        if isinstance(duration_ns, bool) or not isinstance(duration_ns, (int, np.integer)):
+            raise InvalidDurationError(
+                "duration_ns must be an integer number of nanoseconds, got "
+                f"{duration_ns!r} (convert seconds with int(seconds * 1e9))"
+            )
+        duration_ns = int(duration_ns)
+    if duration_ns < 0:
+        raise InvalidDurationError(f"duration_ns must be >= 0, got {duration_ns}")
+    if duration_ns > self._layout.highest:
+        # beyond the range (possibly beyond int64): keep it above `highest`, so the fold
+        # clamps and counts it like any other out-of-range value
+        duration_ns = self._layout.highest + 1
+    if type(stage) is not str or not stage:
+        raise TypeError(f"stage must be a non-empty str, got {stage!r}")
+    if labels:
+        key = (stage, make_labels(labels))
+        series = self._by_key.get(key) or self._series_for(key)
+    else:
+        series = self._by_name.get(stage) or self._series_for((stage, ()))
+    series.add(duration_ns, time.perf_counter_ns())
+
+
+if _speedups is not None:
+    _speedups.configure_ledger(_record_py)
 
 _default: list[Ledger] = [Ledger()]
 

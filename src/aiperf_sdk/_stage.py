@@ -4,16 +4,22 @@ The hot path is two ``perf_counter_ns()`` reads, one ``ContextVar.get()``, one d
 on the request (its per-stage breakdown) and one append to the series' buffer; histogram work
 is folded in bulk later (see ``_ledger``). The decorator caches its series per ledger, so a
 decorated call does no dictionary lookup by key.
+
+When the optional C extension ``_speedups`` is built (it is by ``pip install``; set
+``AIPERF_PURE_PYTHON=1`` to disable it), the ``with`` block and the decorated sync call run
+their common case in C: no hooks, no exception. Every other case calls back into the Python
+code below, which stays the reference implementation and the fallback.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import AsyncGenerator, Callable, Generator
 from time import perf_counter_ns
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import _hooks
 from ._ledger import (
@@ -48,7 +54,102 @@ def _record(name: str, key: SeriesKey, ledger: Ledger | None, duration: int, end
     ledger._append(key, duration, end)
 
 
-class stage:
+class _PyStageBase:
+    """Pure-Python ``with``-block part of :class:`stage` (the reference implementation)."""
+
+    __slots__ = ("_labels", "_ledger", "_name", "_t0", "_tokens")
+
+    def __init__(self, name: str, *, ledger: Ledger | None = None, **labels: object) -> None:
+        if type(name) is not str or not name:
+            raise TypeError(f"stage name must be a non-empty str, got {name!r}")
+        self._name = name
+        self._labels: Labels = make_labels(labels) if labels else ()
+        self._ledger = ledger
+        self._t0 = 0
+        self._tokens: list[tuple[_hooks.StageHook, object]] | None = None
+
+    def __enter__(self) -> Any:
+        if self._t0:
+            raise RuntimeError(
+                f"stage {self._name!r} object is already active; use a new perf.stage(...) "
+                "per with-block"
+            )
+        if _hooks.HOOKS:
+            _enter_hooks(self)
+        self._t0 = perf_counter_ns()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        end = perf_counter_ns()
+        duration = end - self._t0
+        self._t0 = 0
+        if exc is not None or self._labels or self._tokens:
+            _exit_general(self, exc, end, duration)
+            return
+        name = self._name
+        # -- hot path: _record() and _Series.add() inlined --
+        led = self._ledger
+        req = _current.get()
+        if req is not None:
+            stages = req.stages
+            stages[name] += duration
+            if led is None:
+                led = req.ledger
+        if led is None:
+            led = _default[0]
+        series = led._by_name.get(name)  # str hashes are cached: cheaper than a tuple key
+        if series is None:
+            series = led._series_for((name, ()))
+        buf = series.buf
+        buf.append(duration)
+        if end >= series.window_end:
+            series.roll(end, duration)
+        series.last_end = end
+        if len(buf) >= led._flush_at:
+            led._fold_series(series)
+
+
+def _enter_hooks(self: Any) -> None:
+    self._tokens = _hooks.hooks_start(self._name, self._labels, _current_id(), "stage")
+
+
+def _exit_general(self: Any, exc: BaseException | None, end: int, duration: int) -> None:
+    """``__exit__`` beyond the common case: labels, an exception, hooks."""
+    name, labels = self._name, self._labels
+    key = (name, labels) if exc is None else _outcome_key(name, labels, exc)
+    _record(name, key, self._ledger, duration, end)
+    if self._tokens:
+        tokens, self._tokens = self._tokens, None
+        _hooks.hooks_end(tokens, exc)
+
+
+if TYPE_CHECKING:
+    _StageBase = _PyStageBase
+    _speedups: Any = None
+else:
+    try:
+        if os.environ.get("AIPERF_PURE_PYTHON", "").strip() not in ("", "0"):
+            raise ImportError("AIPERF_PURE_PYTHON is set")
+        from . import _speedups
+    except ImportError:
+        _speedups = None
+        _StageBase = _PyStageBase
+    else:
+        _StageBase = _speedups.StageBase
+        _speedups.configure(
+            _current, _default, _hooks.HOOKS, make_labels, _exit_general, _enter_hooks
+        )
+
+#: "c" when the C hot path is in use, "python" otherwise
+IMPLEMENTATION = "python" if _speedups is None else "c"
+
+
+class stage(_StageBase):
     """Time a block (``with`` / ``async with``) or a function into the ledger.
 
     As a decorator it works on sync and async functions and on sync and async generators
@@ -77,76 +178,16 @@ class stage:
             ``with``; a decorated function is safe to call concurrently).
     """
 
-    __slots__ = ("_labels", "_ledger", "_name", "_t0", "_tokens")
-
-    def __init__(self, name: str, *, ledger: Ledger | None = None, **labels: object) -> None:
-        if type(name) is not str or not name:
-            raise TypeError(f"stage name must be a non-empty str, got {name!r}")
-        self._name = name
-        self._labels: Labels = make_labels(labels) if labels else ()
-        self._ledger = ledger
-        self._t0 = 0
-        self._tokens: list[tuple[_hooks.StageHook, object]] | None = None
+    __slots__ = ()
 
     @property
     def _key(self) -> SeriesKey:
         return (self._name, self._labels)
 
-    # -- context manager ------------------------------------------------------------------
-
-    def __enter__(self) -> stage:
-        if self._t0:
-            raise RuntimeError(
-                f"stage {self._name!r} object is already active; use a new perf.stage(...) "
-                "per with-block"
-            )
-        if _hooks.HOOKS:
-            self._tokens = _hooks.hooks_start(
-                self._name, self._labels, _current_id(), "stage"
-            )
-        self._t0 = perf_counter_ns()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        end = perf_counter_ns()
-        duration = end - self._t0
-        self._t0 = 0
-        name = self._name
-        # -- hot path: _record() and _Series.add() inlined --
-        led = self._ledger
-        req = _current.get()
-        if req is not None:
-            stages = req.stages
-            stages[name] += duration
-            if led is None:
-                led = req.ledger
-        if led is None:
-            led = _default[0]
-        if exc is None and not self._labels:
-            series = led._by_name.get(name)  # str hashes are cached: cheaper than a tuple key
-            if series is None:
-                series = led._series_for((name, ()))
-        else:
-            key = (name, self._labels) if exc is None else _outcome_key(name, self._labels, exc)
-            series = led._by_key.get(key) or led._series_for(key)
-        buf = series.buf
-        buf.append(duration)
-        if end >= series.window_end:
-            series.roll(end, duration)
-        series.last_end = end
-        if len(buf) >= led._flush_at:
-            led._fold_series(series)
-        if self._tokens:
-            tokens, self._tokens = self._tokens, None
-            _hooks.hooks_end(tokens, exc)
+    # -- context manager (sync part: _StageBase) ----------------------------------------
 
     async def __aenter__(self) -> stage:
-        return self.__enter__()
+        return cast(stage, self.__enter__())
 
     async def __aexit__(
         self,
@@ -171,6 +212,10 @@ class stage:
 
     def _wrap_sync(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         name, labels, key, ledger = self._name, self._labels, self._key, self._ledger
+        if _speedups is not None:
+            slow = _SlowSync(fn, name, labels, key, ledger)
+            timed = _speedups.timed(fn, name, key if labels else None, ledger, slow)
+            return functools.update_wrapper(timed, fn)
 
         cached_ledger: Ledger | None = None  # the ledger last recorded into ...
         cached_series: _Series | None = None  # ... and its series for `key`
@@ -336,6 +381,25 @@ class stage:
 
     def __repr__(self) -> str:
         return f"stage({self._name!r}, labels={dict(self._labels)!r})"
+
+
+class _SlowSync:
+    """What the C timer of a decorated sync call hands back to Python: the hooked call, and
+    the recording of a body that raised (outcome label)."""
+
+    __slots__ = ("fn", "key", "labels", "ledger", "name")
+
+    def __init__(
+        self, fn: Callable[..., Any], name: str, labels: Labels, key: SeriesKey,
+        ledger: Ledger | None,
+    ) -> None:
+        self.fn, self.name, self.labels, self.key, self.ledger = fn, name, labels, key, ledger
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _call_hooked(self.fn, self.name, self.labels, self.key, self.ledger, args, kwargs)
+
+    def record_error(self, exc: BaseException, end: int, duration: int) -> None:
+        _record(self.name, _outcome_key(self.name, self.labels, exc), self.ledger, duration, end)
 
 
 def _current_id() -> str | None:

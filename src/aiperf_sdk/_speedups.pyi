@@ -1,0 +1,26 @@
+from collections.abc import Callable
+from typing import Any
+
+class StageBase:
+    _name: str
+    _labels: tuple[tuple[str, str], ...]
+    _ledger: Any
+    _tokens: Any
+    _t0: int
+    def __init__(self, name: str, *, ledger: Any = ..., **labels: object) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def timed(
+    fn: Callable[..., Any], name: str, key: Any, ledger: Any, slow: Any
+) -> Callable[..., Any]: ...
+def configure(
+    current: Any, default: Any, hooks: list[Any], make_labels: Any, exit_general: Any,
+    enter_hooks: Any,
+) -> None: ...
+def clock_ns() -> int: ...
+
+class LedgerBase:
+    def record(self, stage: str, duration_ns: int, /, **labels: object) -> None: ...
+
+def configure_ledger(record_py: Callable[..., None]) -> None: ...

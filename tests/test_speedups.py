@@ -1,0 +1,177 @@
+"""The optional C hot path (aiperf_sdk._speedups) against the pure-Python reference.
+
+CI also runs the core test modules with AIPERF_PURE_PYTHON=1 (scripts/test.sh), so both
+implementations pass the same behavioural tests; this module checks that they record
+exactly the same things and that the C path is really built and used where it can be.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import aiperf_sdk as perf
+from aiperf_sdk import _hooks, _stage
+
+C_BUILT = _stage._speedups is not None
+
+
+def test_c_hot_path_is_built_where_a_compiler_exists() -> None:
+    if os.environ.get("AIPERF_PURE_PYTHON", "").strip() not in ("", "0"):
+        pytest.skip("AIPERF_PURE_PYTHON is set: the pure-Python path is under test")
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: the optional extension cannot be built")
+    assert _stage.IMPLEMENTATION == "c"
+    assert isinstance(perf.stage("x"), _stage._speedups.StageBase)
+    assert type(perf.Ledger.__mro__[1]).__name__ == "type"
+    assert perf.Ledger.__mro__[1] is _stage._speedups.LedgerBase
+
+
+class _PyStage(_stage._PyStageBase):
+    """The reference with-block implementation, for side-by-side comparison."""
+
+    __slots__ = ()
+
+
+def _scenario(make: Callable[..., Any], ledger: perf.Ledger) -> perf.Request:
+    with perf.request(id="r1", ledger=ledger) as req:
+        for _ in range(3):
+            with make("plain"):
+                pass
+        with make("labelled", model="m", bucket="64"):
+            pass
+        with pytest.raises(ValueError), make("failing"):
+            raise ValueError("x")
+        other = perf.Ledger()
+        with make("explicit", ledger=other):
+            pass
+        assert other.count("explicit") == 1
+    with make("outside", ledger=ledger):
+        pass
+    return req
+
+
+@pytest.mark.skipif(not C_BUILT, reason="C extension not built")
+def test_with_block_c_and_python_record_the_same() -> None:
+    c_ledger, py_ledger = perf.Ledger(), perf.Ledger()
+    c_req = _scenario(perf.stage, c_ledger)
+    py_req = _scenario(_PyStage, py_ledger)
+    assert sorted(c_req.stages) == sorted(py_req.stages)
+    for ledger in (c_ledger, py_ledger):
+        assert ledger.count("plain") == 3
+        assert ledger.count("labelled", model="m", bucket="64") == 1
+        assert ledger.count("failing", outcome="error") == 1 and ledger.count("failing") == 0
+        assert ledger.count("outside") == 1
+    assert [(r.stage, r.labels, r.count) for r in c_ledger.summary().rows] == [
+        (r.stage, r.labels, r.count) for r in py_ledger.summary().rows
+    ]
+    assert c_ledger.slowest()[0].stages.keys() == py_ledger.slowest()[0].stages.keys()
+
+
+@pytest.mark.skipif(not C_BUILT, reason="C extension not built")
+def test_decorator_c_and_python_record_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    def body(x: int, *, fail: bool = False) -> int:
+        """doc"""
+        if fail:
+            raise KeyError(x)
+        return x + 1
+
+    def run(deco: Callable[..., Any], ledger: perf.Ledger) -> None:
+        with perf.request(ledger=ledger):
+            assert deco(body)(1) == 2
+            assert deco(body)(x=2) == 3
+            with pytest.raises(KeyError):
+                deco(body)(3, fail=True)
+
+    c_ledger = perf.Ledger()
+    c_deco = perf.stage("call", model="m")
+    wrapped = c_deco(body)
+    assert type(wrapped).__name__ == "Timed"
+    assert wrapped.__name__ == "body" and wrapped.__doc__ == "doc"
+    assert wrapped.__wrapped__ is body  # type: ignore[attr-defined]
+    run(c_deco, c_ledger)
+
+    monkeypatch.setattr(_stage, "_speedups", None)
+    py_ledger = perf.Ledger()
+    py_deco = perf.stage("call", model="m")
+    assert type(py_deco(body)).__name__ == "function"
+    run(py_deco, py_ledger)
+    for ledger in (c_ledger, py_ledger):
+        assert ledger.count("call", model="m") == 2
+        assert ledger.count("call", model="m", outcome="error") == 1
+
+
+def test_decorated_method_receives_self() -> None:
+    class Model:
+        def __init__(self) -> None:
+            self.k = 10
+
+        @perf.stage("method")
+        def infer(self, x: int) -> int:
+            return self.k + x
+
+    ledger = perf.Ledger()
+    previous = perf.set_default_ledger(ledger)
+    try:
+        assert Model().infer(1) == 11
+        assert Model.infer(Model(), 2) == 12
+    finally:
+        perf.set_default_ledger(previous)
+    assert ledger.count("method") == 2
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def start(self, name: str, labels: Any, request_id: Any, kind: str) -> object:
+        self.events.append(("start", name))
+        return name
+
+    def end(self, token: object, error: BaseException | None) -> None:
+        self.events.append(("end", str(token)))
+
+
+def test_hooks_are_called_from_the_c_path_too() -> None:
+    hook = _Recorder()
+    _hooks.add_hook(hook)
+    try:
+        ledger = perf.Ledger()
+
+        @perf.stage("deco", ledger=ledger)
+        def f() -> None:
+            pass
+
+        with perf.stage("block", ledger=ledger):
+            pass
+        f()
+    finally:
+        _hooks.remove_hook(hook)
+    assert hook.events == [("start", "block"), ("end", "block"), ("start", "deco"),
+                           ("end", "deco")]
+    assert ledger.count("block") == 1 and ledger.count("deco") == 1
+    assert not _hooks.HOOKS
+
+
+def test_ledger_record_paths() -> None:
+    import numpy as np
+
+    ledger = perf.Ledger()
+    ledger.record("s", 5)  # plain int, no labels: the C fast path where built
+    ledger.record("s", np.int64(7))  # numpy int: the Python path
+    ledger.record("s", 9, model="m")  # labels: the Python path
+    ledger.record("s", 2**70)  # beyond int64: Python path, clamped
+    assert ledger.count("s") == 4 and ledger.count("s", model="m") == 1
+    assert ledger.clamped() == 1
+    for bad in (-1, True, 1.0):
+        with pytest.raises(perf.InvalidDurationError):
+            ledger.record("s", bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ledger.record("", 1)
+    with pytest.raises(TypeError):
+        ledger.record("s")  # type: ignore[call-arg]
+    assert ledger.count("s") == 4
