@@ -175,3 +175,24 @@ def test_ledger_record_paths() -> None:
     with pytest.raises(TypeError):
         ledger.record("s")  # type: ignore[call-arg]
     assert ledger.count("s") == 4
+
+
+def test_decorator_follows_the_default_ledger_and_survives_reset() -> None:
+    a, b = perf.Ledger(), perf.Ledger()
+
+    @perf.stage("f")
+    def f() -> None:
+        pass
+
+    previous = perf.set_default_ledger(a)
+    try:
+        f()
+        f()
+        perf.set_default_ledger(b)  # the decorator's cached series must not stick to `a`
+        f()
+        a.reset()
+        perf.set_default_ledger(a)
+        f()  # the series object of `a` survives reset() and keeps counting
+    finally:
+        perf.set_default_ledger(previous)
+    assert a.count("f") == 1 and b.count("f") == 1

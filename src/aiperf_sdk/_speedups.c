@@ -37,7 +37,8 @@ static inline int hooks_active(void) {
  * label-less series): the request breakdown, the series buffer, the window mark and the fold
  * check -- what _stage._record + _Series.add do. `ledger` may be None. Returns 0 or -1. */
 static int record_plain(PyObject *name, PyObject *key, PyObject *ledger, long long duration,
-                        long long end, int breakdown) {
+                        long long end, int breakdown, PyObject **cache_led,
+                        PyObject **cache_series) {
     PyObject *req = NULL, *led = NULL, *series = NULL, *buf = NULL, *dur = NULL;
     PyObject *endobj = NULL, *tmp = NULL;
     int rc = -1;
@@ -74,6 +75,10 @@ static int record_plain(PyObject *name, PyObject *key, PyObject *ledger, long lo
         if (led == NULL) goto done;
         Py_INCREF(led);
     }
+    if (cache_led != NULL && *cache_led == led && *cache_series != NULL) {
+        series = Py_NewRef(*cache_series); /* a decorator's series for its last ledger */
+        goto have_series;
+    }
     tmp = PyObject_GetAttr(led, key == NULL ? s_by_name : s_by_key);
     if (tmp == NULL) goto done;
     series = PyDict_GetItemWithError(tmp, key == NULL ? name : key);
@@ -87,6 +92,11 @@ static int record_plain(PyObject *name, PyObject *key, PyObject *ledger, long lo
         Py_DECREF(k);
         if (series == NULL) goto done;
     }
+    if (cache_led != NULL) {
+        Py_XSETREF(*cache_led, Py_NewRef(led));
+        Py_XSETREF(*cache_series, Py_NewRef(series));
+    }
+have_series:
     buf = PyObject_GetAttr(series, s_buf);
     if (buf == NULL || !PyList_Check(buf)) {
         if (buf != NULL) PyErr_SetString(PyExc_TypeError, "series buffer is not a list");
@@ -245,7 +255,8 @@ static PyObject *Stage_exit(StageBase *self, PyObject *const *args, Py_ssize_t n
         Py_XDECREF(d);
         return r;
     }
-    if (record_plain(self->name, self->key, self->ledger, duration, end, 1) < 0) return NULL;
+    if (record_plain(self->name, self->key, self->ledger, duration, end, 1, NULL, NULL) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -288,7 +299,8 @@ static PyObject *LedgerBase_record(PyObject *self, PyObject *const *args, Py_ssi
         int overflow = 0;
         long long duration = PyLong_AsLongLongAndOverflow(args[1], &overflow);
         if (!overflow && duration >= 0) {
-            if (record_plain(args[0], NULL, self, duration, now_ns(), 0) < 0) return NULL;
+            if (record_plain(args[0], NULL, self, duration, now_ns(), 0, NULL, NULL) < 0)
+                return NULL;
             Py_RETURN_NONE;
         }
     }
@@ -334,6 +346,7 @@ static PyObject *configure_ledger(PyObject *mod, PyObject *record_py) {
 typedef struct {
     PyObject_HEAD
     PyObject *fn, *name, *key, *ledger, *slow;
+    PyObject *cache_led, *cache_series; /* the series of `key` in the ledger used last */
     PyObject *dict; /* functools.update_wrapper's __name__, __doc__, __wrapped__, ... */
     vectorcallfunc vectorcall;
 } Timed;
@@ -364,7 +377,7 @@ static PyObject *Timed_vectorcall(Timed *self, PyObject *const *args, size_t nar
         return NULL;
     }
     if (record_plain(self->name, self->key == Py_None ? NULL : self->key, self->ledger,
-                     end - t0, end, 1) < 0) {
+                     end - t0, end, 1, &self->cache_led, &self->cache_series) < 0) {
         Py_DECREF(result);
         return NULL;
     }
@@ -377,6 +390,8 @@ static int Timed_traverse(Timed *self, visitproc visit, void *arg) {
     Py_VISIT(self->ledger);
     Py_VISIT(self->slow);
     Py_VISIT(self->key);
+    Py_VISIT(self->cache_led);
+    Py_VISIT(self->cache_series);
     Py_VISIT(self->dict);
     return 0;
 }
@@ -387,6 +402,8 @@ static int Timed_clear(Timed *self) {
     Py_CLEAR(self->ledger);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->key);
+    Py_CLEAR(self->cache_led);
+    Py_CLEAR(self->cache_series);
     Py_CLEAR(self->dict);
     return 0;
 }
@@ -438,6 +455,8 @@ static PyObject *timed(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     t->key = Py_NewRef(args[2]);
     t->ledger = Py_NewRef(args[3]);
     t->slow = Py_NewRef(args[4]);
+    t->cache_led = NULL;
+    t->cache_series = NULL;
     t->dict = NULL;
     t->vectorcall = (vectorcallfunc)Timed_vectorcall;
     PyObject_GC_Track(t);
