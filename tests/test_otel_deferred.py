@@ -271,3 +271,42 @@ def test_deferred_stage_costs_less_than_a_raw_start_as_current_span(
         deferred_ns = min(deferred_ns, _stage_loop(n))
         perf.flush_spans()
     assert deferred_ns < raw_ns, (deferred_ns / n, raw_ns / n)
+
+
+@pytest.mark.parametrize("mode", ["deferred", "live"])
+def test_generator_stages_and_streams_become_spans(mode: str) -> None:
+    """Decorated generators and stream() have no start/end hook calls: they report their
+    finished interval, which becomes a child span of the enclosing request/stage."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    perf.configure(otel=True, otel_spans=mode, tracer_provider=provider)
+    try:
+        @perf.stage("gen", model="m")
+        def gen() -> Iterator[int]:
+            yield 1
+            yield 2
+
+        @perf.stage("agen")
+        def broken() -> Iterator[int]:
+            yield 1
+            raise KeyError("mid-stream")
+
+        with perf.request(id="r-gen"):
+            assert list(gen()) == [1, 2]
+            assert list(perf.stream("decode", iter("abc"))) == ["a", "b", "c"]
+            with pytest.raises(KeyError):
+                list(broken())
+        perf.flush_spans()
+    finally:
+        perf.configure()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    root = spans["request"]
+    for name in ("gen", "decode", "agen"):
+        span = spans[name]
+        assert span.parent is not None and span.parent.span_id == root.context.span_id, name
+        assert span.attributes is not None
+        assert span.attributes["aiperf.request_id"] == "r-gen"
+        assert root.start_time <= span.start_time <= span.end_time <= root.end_time
+    assert spans["gen"].attributes["model"] == "m"  # type: ignore[index]
+    assert not spans["agen"].status.is_ok and spans["agen"].events[0].name == "exception"

@@ -79,3 +79,18 @@ def hooks_sample(name: str, labels: tuple[tuple[str, str], ...], request_id: str
         except Exception:
             _log.exception("aiperf_sdk hook %r failed in sample(); disabling it", hook)
             remove_hook(hook)
+
+
+def hooks_span(name: str, labels: tuple[tuple[str, str], ...], request_id: str | None,
+               start_ns: int, end_ns: int, error: BaseException | None = None) -> None:
+    """A finished interval (``perf_counter_ns`` clock) that had no start/end hook calls:
+    a decorated generator's lifetime, a ``stream()``. Hooks opt in with a ``span`` method."""
+    for hook in tuple(HOOKS):
+        span = getattr(hook, "span", None)
+        if span is None:
+            continue
+        try:
+            span(name, labels, request_id, start_ns, end_ns, error)
+        except Exception:
+            _log.exception("aiperf_sdk hook %r failed in span(); disabling it", hook)
+            remove_hook(hook)

@@ -110,14 +110,30 @@ class LiveTraceHook:
         if token is None:
             return
         span, ctx_token = cast("tuple[Span, Token[Context]]", token)
-        if error is not None:
-            if isinstance(error, Exception):
-                span.record_exception(error)
-                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            else:
-                span.set_attribute("aiperf.outcome", "cancelled")
+        _set_error(span, error)
         otel_context.detach(ctx_token)
         span.end()
+
+    def span(self, name: str, labels: Labels, request_id: str | None, start_ns: int,
+             end_ns: int, error: BaseException | None) -> None:
+        """A finished generator stage or stream: a child of the current span."""
+        offset = time_ns() - perf_counter_ns()
+        attrs = self._base_attrs(name, labels, "stage")
+        if request_id is not None:
+            attrs = {**attrs, "aiperf.request_id": request_id}
+        span = self._tracer.start_span(name, attributes=attrs, start_time=start_ns + offset)
+        _set_error(span, error, end_ns + offset)
+        span.end(end_time=end_ns + offset)
+
+
+def _set_error(span: Span, error: BaseException | None, at_unix_ns: int | None = None) -> None:
+    if error is None:
+        return
+    if isinstance(error, Exception):
+        span.record_exception(error, timestamp=at_unix_ns)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    else:
+        span.set_attribute("aiperf.outcome", "cancelled")
 
 
 # -- deferred spans ----------------------------------------------------------------------------
@@ -255,6 +271,26 @@ class TraceHook:
         else:
             self._dropped += 1
 
+    def span(self, name: str, labels: Labels, request_id: str | None, start_ns: int,
+             end_ns: int, error: BaseException | None) -> None:
+        """A finished generator stage or stream: queued like a stage's own record, as a
+        child of the enclosing deferred stage or request (or of the current live span)."""
+        parent = _current_pending.get()
+        if parent is None:
+            ctx = trace.get_current_span().get_span_context()
+            pending = _Pending(name, labels, request_id, "stage", ctx if ctx.is_valid else None,
+                               time_ns() - perf_counter_ns())
+        else:
+            pending = _Pending(name, labels, request_id, "stage", parent, parent.offset)
+        pending.t0 = start_ns
+        pending.error = error
+        pending.t1 = end_ns
+        queue = self._queue
+        if len(queue) < self._max_queued and not self._closed:
+            queue.append(pending)
+        else:
+            self._dropped += 1
+
     # -- builder thread -------------------------------------------------------------------
 
     def _start_thread(self) -> None:
@@ -291,14 +327,8 @@ class TraceHook:
         try:
             if span is None:
                 span = self._start(pending)
-            error = pending.error
             end_unix = pending.t1 + pending.offset
-            if error is not None:
-                if isinstance(error, Exception):
-                    span.record_exception(error, timestamp=end_unix)
-                    span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-                else:
-                    span.set_attribute("aiperf.outcome", "cancelled")
+            _set_error(span, pending.error, end_unix)
             span.end(end_time=end_unix)
             pending.error = None  # drop the traceback (and its frames)
             self._built += 1

@@ -292,12 +292,15 @@ class stage(_StageBase):
         def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
             gen = fn(*args, **kwargs)
             busy = 0
+            first = 0  # perf_counter_ns of the first resumption (the span's start)
             failure: BaseException | None = None
             to_send: Any = None
             to_throw: BaseException | None = None
             try:
                 while True:
                     t0 = perf_counter_ns()
+                    if not first:
+                        first = t0
                     try:
                         if to_throw is not None:
                             exc, to_throw = to_throw, None
@@ -328,7 +331,10 @@ class stage(_StageBase):
                 k = key if failure is None else _outcome_key(name, labels, failure)
                 _record(name, k, ledger, busy, end)
                 if _hooks.HOOKS:
-                    _hooks.hooks_sample(name, k[1], _current_id(), busy, failure)
+                    rid = _current_id()
+                    _hooks.hooks_sample(name, k[1], rid, busy, failure)
+                    if first:  # a span over the generator's lifetime; the ledger has busy time
+                        _hooks.hooks_span(name, labels, rid, first, end, failure)
 
         return wrapper
 
@@ -339,12 +345,15 @@ class stage(_StageBase):
         async def wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
             agen = fn(*args, **kwargs)
             busy = 0
+            first = 0  # perf_counter_ns of the first resumption (the span's start)
             failure: BaseException | None = None
             to_send: Any = None
             to_throw: BaseException | None = None
             try:
                 while True:
                     t0 = perf_counter_ns()
+                    if not first:
+                        first = t0
                     try:
                         if to_throw is not None:
                             exc, to_throw = to_throw, None
@@ -375,7 +384,10 @@ class stage(_StageBase):
                 k = key if failure is None else _outcome_key(name, labels, failure)
                 _record(name, k, ledger, busy, end)
                 if _hooks.HOOKS:
-                    _hooks.hooks_sample(name, k[1], _current_id(), busy, failure)
+                    rid = _current_id()
+                    _hooks.hooks_sample(name, k[1], rid, busy, failure)
+                    if first:  # a span over the generator's lifetime; the ledger has busy time
+                        _hooks.hooks_span(name, labels, rid, first, end, failure)
 
         return wrapper
 

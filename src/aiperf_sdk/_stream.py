@@ -108,6 +108,10 @@ class stream(Generic[T]):
         if self._count >= 2:
             tpot = (self._last - self._first) // (self._count - 1)
             self._rec("tpot", self._labels, tpot, end)
+        if _hooks.HOOKS:
+            req = self._req
+            _hooks.hooks_span(self._name, self._labels, None if req is None else req.id,
+                              self._start, end, exc)
 
     @property
     def tokens(self) -> int:
