@@ -302,10 +302,87 @@ def main() -> int:
         return (f"{r.gpu_status}; util mean {r.gpu_util_mean_pct}%, max {r.gpu_util_max_pct}%, "
                 f"power {r.gpu_power_mean_w} W, {g.name}")
 
+    check_vllm()
+
     failed = sum(line.startswith("FAIL") for line in RESULTS)
     skipped = sum(line.startswith("SKIP") for line in RESULTS)
     print(f"{len(RESULTS) - failed - skipped} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
+
+
+TINY_LLAMA = {  # random weights (load_format="dummy"): nothing is downloaded
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-6, "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2,
+}
+
+
+def check_vllm() -> None:
+    """A tiny random-weight model under vLLM's AsyncLLM with our stat logger (issue 6).
+
+    Needs CUDA, `vllm` and `aiperf-sdk-vllm` in this interpreter; SKIP otherwise. Written
+    against vLLM 0.33.0's AsyncLLM/AsyncEngineArgs; never run on a GPU yet (none was lent
+    when it was written), so a FAIL here may be this check's own mistake: read the traceback.
+    """
+    name = "vllm: tiny model under AsyncLLM; the stat-logger plugin feeds the ledger"
+    try:
+        import vllm  # noqa: F401
+        from aiperf_sdk_vllm.plugin import AiperfStatLogger
+    except ImportError as exc:
+        line = f"SKIP  {name}: {exc}"
+        RESULTS.append(line)
+        print(line, flush=True)
+        return
+
+    @check(name)
+    def _() -> str:
+        import asyncio
+        import json
+        import tempfile
+
+        from vllm import SamplingParams
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        ledger = perf.Ledger()
+        previous = perf.set_default_ledger(ledger)
+        try:
+            with tempfile.TemporaryDirectory() as model_dir:
+                with open(f"{model_dir}/config.json", "w") as f:
+                    json.dump(TINY_LLAMA, f)
+                args = AsyncEngineArgs(
+                    model=model_dir, load_format="dummy", skip_tokenizer_init=True,
+                    enforce_eager=True, max_model_len=128, gpu_memory_utilization=0.2,
+                    disable_log_stats=False,
+                )
+                engine = AsyncLLM.from_engine_args(args, stat_loggers=[AiperfStatLogger])
+
+                async def one(i: int) -> int:
+                    params = SamplingParams(max_tokens=16, ignore_eos=True, detokenize=False)
+                    n = 0
+                    async for out in engine.generate(
+                        {"prompt_token_ids": [3 + i, 4, 5, 6]}, params, request_id=f"gpu-{i}"
+                    ):
+                        n = len(out.outputs[0].token_ids)
+                    return n
+
+                async def run_all() -> list[int]:
+                    return list(await asyncio.gather(*(one(i) for i in range(8))))
+
+                try:
+                    counts = asyncio.run(run_all())
+                finally:
+                    engine.shutdown()
+        finally:
+            perf.set_default_ledger(previous)
+        assert counts == [16] * 8, counts
+        assert ledger.count("e2e") == 8, ledger.summary()
+        ids = {t.id for t in ledger.slowest("e2e", k=8)}
+        assert ids == {f"gpu-{i}" for i in range(8)}, ids
+        return (f"e2e p50 {ledger.percentile('e2e', 50):.1f} ms, "
+                f"ttft p50 {ledger.percentile('ttft', 50):.1f} ms, "
+                f"itl p50 {ledger.percentile('itl', 50):.2f} ms")
 
 
 if __name__ == "__main__":
