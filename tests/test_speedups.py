@@ -196,3 +196,38 @@ def test_decorator_follows_the_default_ledger_and_survives_reset() -> None:
     finally:
         perf.set_default_ledger(previous)
     assert a.count("f") == 1 and b.count("f") == 1
+
+
+class _GatedRecorder(_Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.on = False
+        self.gate = (self, "on")
+
+
+@pytest.mark.skipif(not C_BUILT, reason="C extension not built")
+def test_gated_off_hooks_keep_the_c_fast_path() -> None:
+    """A profiler hook with no profiler running (gate false) is skipped by the C path; once
+    its gate turns true it is called like any hook."""
+    hook = _GatedRecorder()
+    _hooks.add_hook(hook)
+    try:
+        ledger = perf.Ledger()
+
+        @perf.stage("deco", ledger=ledger)
+        def f() -> None:
+            pass
+
+        with perf.stage("block", ledger=ledger):
+            pass
+        f()
+        assert hook.events == []
+        hook.on = True
+        with perf.stage("block", ledger=ledger):
+            pass
+        f()
+        assert hook.events == [("start", "block"), ("end", "block"), ("start", "deco"),
+                               ("end", "deco")]
+    finally:
+        _hooks.remove_hook(hook)
+    assert ledger.count("block") == 2 and ledger.count("deco") == 2

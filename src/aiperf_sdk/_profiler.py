@@ -9,6 +9,10 @@ ledger show the same names. Neither costs much when nothing is recording:
   one event-loop thread would pop each other's ranges; start/end ranges may end anywhere.
 * torch: ``record_function`` costs ~8 µs even with no profiler running, so the hook checks
   ``"torch" in sys.modules`` (never imports torch) and the profiler's enabled flag first.
+
+Each hook exposes ``gate`` = (object, attribute name): while that attribute is false the C hot
+path of ``stage()`` skips the hook entirely and keeps its fast path, so ``nvtx=True`` without
+a tool and ``torch_profiler=True`` without a running profiler cost (almost) nothing.
 """
 
 from __future__ import annotations
@@ -25,13 +29,20 @@ NVTX_DOMAIN = "aiperf"
 class NvtxHook:
     """Opens an NVTX range per request and stage in the ``aiperf`` domain."""
 
-    __slots__ = ("_attrs", "_domain")
+    __slots__ = ("_attrs", "_domain", "gate", "tool_attached")
 
     def __init__(self) -> None:
+        import os
+
         import nvtx  # type: ignore[import-untyped]
 
         self._domain: Any = nvtx.get_domain(NVTX_DOMAIN)
         self._attrs: dict[str, Any] = {}
+        #: an NVTX tool (Nsight) injects itself through this variable at process start; none
+        #: can attach later, so without it every range is a no-op
+        self.tool_attached = bool(os.environ.get("NVTX_INJECTION64_PATH"))
+        #: (object, attribute): the C hot path skips this hook while the attribute is false
+        self.gate = (self, "tool_attached")
 
     def start(self, name: str, labels: Labels, request_id: str | None, kind: str) -> object:
         attrs = self._attrs.get(name)
@@ -49,6 +60,18 @@ class TorchProfilerHook:
     """Wraps each request and stage in ``torch.profiler.record_function`` while profiling."""
 
     __slots__ = ()
+
+    @property
+    def gate(self) -> tuple[Any, str] | None:
+        """(object, attribute) the C hot path reads to skip this hook while no profiler runs:
+        torch's own enabled flag, once torch is imported; None (always call) before that."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return (self, "_never")
+        return (torch.autograd.profiler, "_is_profiler_enabled")
+
+    #: stands for "no profiler" while torch is not imported (it cannot be profiling)
+    _never = False
 
     def start(self, name: str, labels: Labels, request_id: str | None, kind: str) -> object:
         torch = sys.modules.get("torch")

@@ -21,7 +21,7 @@ static PyObject *g_enter_hooks; /* _stage._enter_hooks(stage) */
 static PyObject *g_record_py;   /* _ledger._record_py(ledger, stage, duration_ns, **labels) */
 
 static PyObject *s_stages, *s_ledger, *s_by_name, *s_by_key, *s_buf, *s_window_end, *s_roll,
-    *s_last_end, *s_flush_at, *s_fold_series, *s_series_for, *s_empty_tuple;
+    *s_last_end, *s_flush_at, *s_fold_series, *s_series_for, *s_gate, *s_empty_tuple;
 
 static inline long long now_ns(void) {
     struct timespec ts;
@@ -29,8 +29,30 @@ static inline long long now_ns(void) {
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static inline int hooks_active(void) {
-    return PyList_GET_SIZE(g_hooks) > 0;
+/* 1 when some registered hook must run for a stage, 0 when none is registered or every one
+ * is gated off: a hook may expose `gate` = (object, attribute name), and is skipped while
+ * that attribute is false (a profiler hook with no profiler running). -1 on error. */
+static int hooks_active(void) {
+    Py_ssize_t n = PyList_GET_SIZE(g_hooks);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *gate = PyObject_GetAttr(PyList_GET_ITEM(g_hooks, i), s_gate);
+        if (gate == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+            PyErr_Clear();
+            return 1; /* no gate: always runs */
+        }
+        if (!PyTuple_Check(gate) || PyTuple_GET_SIZE(gate) != 2) {
+            Py_DECREF(gate);
+            return 1;
+        }
+        PyObject *flag = PyObject_GetAttr(PyTuple_GET_ITEM(gate, 0), PyTuple_GET_ITEM(gate, 1));
+        Py_DECREF(gate);
+        if (flag == NULL) return -1;
+        int on = PyObject_IsTrue(flag);
+        Py_DECREF(flag);
+        if (on != 0) return on; /* 1, or -1 on error */
+    }
+    return 0;
 }
 
 /* Record `duration` for stage `name` into the series `key` ((name, labels); NULL for the
@@ -232,7 +254,9 @@ static PyObject *Stage_enter(StageBase *self, PyObject *Py_UNUSED(ignored)) {
                      "perf.stage(...) per with-block", self->name);
         return NULL;
     }
-    if (hooks_active()) {
+    int active = hooks_active();
+    if (active < 0) return NULL;
+    if (active) {
         PyObject *r = PyObject_CallOneArg(g_enter_hooks, (PyObject *)self);
         if (r == NULL) return NULL;
         Py_DECREF(r);
@@ -353,7 +377,9 @@ typedef struct {
 
 static PyObject *Timed_vectorcall(Timed *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames) {
-    if (hooks_active()) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    int active = hooks_active();
+    if (active < 0) return NULL;
+    if (active) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
     long long t0 = now_ns();
     PyObject *result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     long long end = now_ns();
@@ -512,6 +538,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_flush_at, "_flush_at");
     INTERN(s_fold_series, "_fold_series");
     INTERN(s_series_for, "_series_for");
+    INTERN(s_gate, "gate");
     if ((s_empty_tuple = PyTuple_New(0)) == NULL) return NULL;
     if (PyType_Ready(&StageBaseType) < 0 || PyType_Ready(&TimedType) < 0 ||
         PyType_Ready(&LedgerBaseType) < 0) return NULL;
