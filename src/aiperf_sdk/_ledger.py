@@ -152,9 +152,12 @@ class _PyLedgerBase:
         _record_py(cast("Ledger", self), stage, duration_ns, **labels)
 
 
+#: the optional C extension (None when not built or AIPERF_PURE_PYTHON is set); _stage
+#: uses the same module object
+_speedups: Any
 if TYPE_CHECKING:
     _LedgerBase = _PyLedgerBase
-    _speedups: Any = None
+    _speedups = None
 else:
     try:
         if os.environ.get("AIPERF_PURE_PYTHON", "").strip() not in ("", "0"):

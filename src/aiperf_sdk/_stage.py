@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from collections.abc import AsyncGenerator, Callable, Generator
 from time import perf_counter_ns
 from types import TracebackType
@@ -30,6 +29,7 @@ from ._ledger import (
     SeriesKey,
     _default,
     _Series,
+    _speedups,
     make_labels,
 )
 from ._request import _current
@@ -130,14 +130,9 @@ def _exit_general(self: Any, exc: BaseException | None, end: int, duration: int)
 
 if TYPE_CHECKING:
     _StageBase = _PyStageBase
-    _speedups: Any = None
 else:
-    try:
-        if os.environ.get("AIPERF_PURE_PYTHON", "").strip() not in ("", "0"):
-            raise ImportError("AIPERF_PURE_PYTHON is set")
-        from . import _speedups
-    except ImportError:
-        _speedups = None
+    # _ledger decided whether the C extension is loaded (and AIPERF_PURE_PYTHON honoured)
+    if _speedups is None:
         _StageBase = _PyStageBase
     else:
         _StageBase = _speedups.StageBase
