@@ -231,3 +231,11 @@ def test_gated_off_hooks_keep_the_c_fast_path() -> None:
     finally:
         _hooks.remove_hook(hook)
     assert ledger.count("block") == 2 and ledger.count("deco") == 2
+
+
+def test_stage_signature_is_introspectable() -> None:
+    import inspect
+
+    params = inspect.signature(perf.stage).parameters
+    assert list(params) == ["name", "ledger", "labels"]
+    assert params["ledger"].kind is inspect.Parameter.KEYWORD_ONLY

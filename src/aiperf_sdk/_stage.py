@@ -390,6 +390,14 @@ class stage(_StageBase):
         return f"stage({self._name!r}, labels={dict(self._labels)!r})"
 
 
+# the C base's __init__ has no introspectable signature; give help()/IDEs the Python one
+_init_sig = inspect.signature(_PyStageBase.__init__)
+stage.__signature__ = _init_sig.replace(  # type: ignore[attr-defined]
+    parameters=list(_init_sig.parameters.values())[1:],
+    return_annotation=inspect.Signature.empty,
+)
+
+
 class _SlowSync:
     """What the C timer of a decorated sync call hands back to Python: the hooked call, and
     the recording of a body that raised (outcome label)."""
