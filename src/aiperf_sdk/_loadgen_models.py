@@ -156,6 +156,20 @@ def flat_metrics(result: LoadResult) -> dict[str, float]:
     return out
 
 
+def read_json(p: Path, what: str = "") -> Any:
+    """The parsed JSON of ``p``; ``what`` (e.g. ``"result "``) names it in the read error.
+
+    Raises:
+        ResultFileError: missing/unreadable file or not JSON.
+    """
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ResultFileError(f"cannot read {what}{p}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ResultFileError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
+
+
 def load_result(path: str | os.PathLike[str]) -> AnyResult:
     """Read a ``load`` JSON result (single run or sweep).
 
@@ -163,12 +177,15 @@ def load_result(path: str | os.PathLike[str]) -> AnyResult:
         ResultFileError: missing file, not JSON, or not a result (the field is named).
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ResultFileError(f"cannot read result {p}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ResultFileError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    return result_from_json(read_json(p, "result "), p)
+
+
+def result_from_json(data: Any, p: Path) -> AnyResult:
+    """A result from already-parsed JSON ``data`` read from ``p`` (named in errors).
+
+    Raises:
+        ResultFileError: not a result (the field is named).
+    """
     if not isinstance(data, dict) or data.get("kind") not in ("load", "sweep"):
         raise ResultFileError(
             f"{p}: not an aiperf-sdk load result (expected a JSON object with kind "

@@ -5,7 +5,6 @@ matplotlib is imported only when a plot is drawn (extra ``aiperf-sdk[cli]``).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from pydantic import ValidationError
 from ._budget import Budget
 from ._errors import PerfError
 from ._ledger import Ledger
-from ._loadgen_models import LoadResult, ResultFileError, SweepResult, load_result
+from ._loadgen_models import LoadResult, ResultFileError, SweepResult, read_json, result_from_json
 from ._models import LedgerSnapshot, RequestTrace, format_table
 
 #: percentiles on the distribution plot (x axis: 1 / (1 - q), the HdrHistogram convention)
@@ -41,14 +40,9 @@ def read_report_input(path: str | os.PathLike[str]) -> LoadResult | SweepResult 
         ResultFileError: missing file, not JSON, or neither kind of document.
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ResultFileError(f"cannot read {p}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ResultFileError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json(p)
     if isinstance(data, dict) and data.get("kind") in ("load", "sweep"):
-        return load_result(p)
+        return result_from_json(data, p)  # parsed once, not read a second time
     try:
         return LedgerSnapshot.model_validate(data)
     except ValidationError:
