@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import aiperf_sdk as perf
 from aiperf_sdk import _hooks
 from aiperf_sdk._configure import current_settings
 
-
-@pytest.fixture(autouse=True)
-def _reset(monkeypatch: pytest.MonkeyPatch, perf_ledger: perf.Ledger) -> Iterator[None]:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("AIPERF_"):
-            monkeypatch.delenv(name)
-    yield
-    monkeypatch.undo()  # the environment of this test must not leak into the reset
-    perf.configure()
-    assert not _hooks.HOOKS
+pytestmark = pytest.mark.usefixtures("export_reset")
 
 
 def hook_types() -> list[str]:

@@ -11,14 +11,8 @@ from typing import Any
 import pytest
 
 import aiperf_sdk as perf
-from aiperf_sdk import _hooks
 
-
-@pytest.fixture(autouse=True)
-def _reset(perf_ledger: perf.Ledger) -> Iterator[None]:
-    yield
-    perf.configure()
-    assert not _hooks.HOOKS
+pytestmark = pytest.mark.usefixtures("export_reset")
 
 
 @pytest.fixture

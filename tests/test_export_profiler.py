@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 import aiperf_sdk as perf
 from aiperf_sdk import _hooks
 
-
-@pytest.fixture(autouse=True)
-def _reset(perf_ledger: perf.Ledger) -> Iterator[None]:
-    yield
-    perf.configure()
-    assert not _hooks.HOOKS
+pytestmark = pytest.mark.usefixtures("export_reset")
 
 
 def test_torch_profiler_events_carry_stage_names() -> None:

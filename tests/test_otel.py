@@ -30,15 +30,7 @@ from opentelemetry.trace import StatusCode
 import aiperf_sdk as perf
 from aiperf_sdk import _hooks
 
-
-@pytest.fixture(autouse=True)
-def _reset(monkeypatch: pytest.MonkeyPatch, perf_ledger: perf.Ledger) -> Iterator[None]:
-    for name in list(__import__("os").environ):
-        if name.startswith("AIPERF_"):
-            monkeypatch.delenv(name)
-    yield
-    perf.configure()
-    assert not _hooks.HOOKS
+pytestmark = pytest.mark.usefixtures("export_reset")
 
 
 class Spans:

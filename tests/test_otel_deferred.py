@@ -22,17 +22,7 @@ import aiperf_sdk as perf
 from aiperf_sdk import _hooks
 from aiperf_sdk._otel import TraceHook
 
-
-@pytest.fixture(autouse=True)
-def _reset(monkeypatch: pytest.MonkeyPatch, perf_ledger: perf.Ledger) -> Iterator[None]:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith("AIPERF_"):
-            monkeypatch.delenv(name)
-    yield
-    perf.configure()
-    assert not _hooks.HOOKS
+pytestmark = pytest.mark.usefixtures("export_reset")
 
 
 @pytest.fixture

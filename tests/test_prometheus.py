@@ -17,16 +17,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import aiperf_sdk as perf
-from aiperf_sdk import _hooks
 
 MS = 1_000_000
 
 
-@pytest.fixture(autouse=True)
-def _reset(perf_ledger: perf.Ledger) -> Iterator[None]:
-    yield
-    perf.configure()
-    assert not _hooks.HOOKS
+pytestmark = pytest.mark.usefixtures("export_reset")
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
