@@ -22,6 +22,9 @@ from hdrh.histogram import HdrHistogram
 
 IntArray = npt.NDArray[np.int64]
 
+#: the ledger records nanoseconds and reports milliseconds
+NS_PER_MS = 1_000_000
+
 
 class HdrLayout:
     """Index arithmetic of an HdrHistogram with lowest trackable value 1."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import numpy as np
 
 from ._errors import CardinalityWarning, InvalidDurationError, LedgerMismatchError
+from ._hdr import NS_PER_MS as _NS_PER_MS
 from ._hdr import HdrLayout, Histogram
 from ._models import (
     LedgerSnapshot,
@@ -46,7 +47,6 @@ SeriesKey = tuple[str, Labels]
 OVERFLOW_LABELS: Final[Labels] = (("overflow", "other"),)
 ERROR_LABEL: Final[tuple[str, str]] = ("outcome", "error")
 CANCELLED_LABEL: Final[tuple[str, str]] = ("outcome", "cancelled")
-_NS_PER_MS: Final = 1_000_000
 SUMMARY_PERCENTILES: Final = [50.0, 90.0, 95.0, 99.0, 99.9]
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._hdr import NS_PER_MS as _NS_PER_MS
 from ._hdr import Histogram, IntArray
-
-_NS_PER_MS = 1_000_000
 
 
 class _Window:
