@@ -15,6 +15,8 @@ counts into an ``hdrh`` histogram. What differs from ``hdrh.HdrHistogram``:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -125,7 +127,7 @@ class Histogram:
             return values, values
         highest = self.layout.highest
         vmax = int(values.max())
-        vmin = int(values.min())
+        vmin = min(int(values.min()), highest)
         if vmax > highest:
             self.clamped += int(np.count_nonzero(values > highest))
             values = np.minimum(values, highest)
@@ -136,11 +138,36 @@ class Histogram:
         self.counts[: len(dense)] += dense
         uniq = np.flatnonzero(dense)
         cnt = dense[uniq]
-        self.sum_ns += int(values.sum())
+        if min(vmax, highest) * values.size < 2**63:
+            self.sum_ns += int(values.sum())
+        else:  # an int64 sum could wrap: add exactly in Python ints
+            self.sum_ns += sum(values.tolist())
         self.min_ns = vmin if self.total == 0 else min(self.min_ns, vmin)
         self.max_ns = max(self.max_ns, min(vmax, highest))
         self.total += int(values.size)
         return uniq, cnt
+
+    def add_raw(self, raw: bytes, c_fold: Callable[..., object]) -> tuple[IntArray, IntArray]:
+        """:meth:`add_values` for a buffer of int64 values, folded by the C extension's
+        ``fold`` (no numpy temporaries); same result."""
+        lay = self.layout
+        while True:
+            r = c_fold(raw, self.counts, lay.highest, lay.half_mag, lay.sub_bucket_mask,
+                       lay.half_count)
+            if not isinstance(r, int):
+                break
+            self._grow(r)  # the counts array is too short for this chunk: grow, fold again
+        if r is None:  # the chunk's sum would overflow int64 in C
+            return self.add_values(np.frombuffer(raw, dtype=np.int64))
+        uniq, cnt, total, sum_ns, vmin, vmax, clamped = cast(
+            "tuple[bytes, bytes, int, int, int, int, int]", r
+        )
+        self.min_ns = vmin if self.total == 0 else min(self.min_ns, vmin)
+        self.max_ns = max(self.max_ns, vmax)
+        self.sum_ns += sum_ns
+        self.total += total
+        self.clamped += clamped
+        return np.frombuffer(uniq, dtype=np.int64), np.frombuffer(cnt, dtype=np.int64)
 
     def add_histogram(self, other: Histogram) -> None:
         if other.layout.counts_len != self.layout.counts_len:

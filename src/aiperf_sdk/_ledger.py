@@ -1,17 +1,20 @@
 """The ledger: HDR histograms keyed by (stage, labels), the one source of numbers.
 
-Hot path (``_Series.add``, inlined once more in ``_stage``): a duration is appended to its
-series' plain list (atomic under the GIL), a window mark is added when the end time crosses
-into a new interval window (one integer compare otherwise), and every ``buffer_size`` values
-the series is folded into its histogram in bulk with numpy under the ledger's lock. The fold
-copies the first ``n`` values and deletes exactly those, so an append racing with it is kept
-for the next fold. Window marks are attached to buffer positions; a record racing with a fold
-exactly at a window boundary may be counted in the neighbouring window (the histogram itself
-never loses or double-counts a value).
+Hot path (the series base class's ``add``): a duration is appended to its series' buffer, a
+window mark is added when the end time crosses into a new interval window (one integer
+compare otherwise), and every ``buffer_size`` values the series is folded into its histogram
+in bulk with numpy under the ledger's lock. With the optional C extension the buffer holds C
+integers and the fold takes it (values and marks) in one step no other thread can interleave
+with; the pure-Python buffer (``_PySeriesBase``, also inlined once more in ``_stage``) is a
+list whose fold copies the first ``n`` values and deletes exactly those, so an append racing
+with it is kept for the next fold, and a record racing with a fold exactly at a window
+boundary may be counted in the neighbouring window. Neither ever loses or double-counts a
+value in the histogram.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -26,7 +29,7 @@ import numpy as np
 
 from ._errors import CardinalityWarning, InvalidDurationError, LedgerMismatchError
 from ._hdr import NS_PER_MS as _NS_PER_MS
-from ._hdr import HdrLayout, Histogram
+from ._hdr import HdrLayout, Histogram, IntArray
 from ._models import (
     LedgerSnapshot,
     RequestTrace,
@@ -57,82 +60,6 @@ def make_labels(labels: Mapping[str, object]) -> Labels:
     return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
 
 
-class _Series:
-    """One (stage, labels) series: the hot-path buffer and the histogram it folds into."""
-
-    __slots__ = (
-        "buf", "carry_window", "first_start", "first_start_unix_ns", "hist", "is_error", "key",
-        "last_end", "last_end_unix_ns", "ledger", "marks", "stage_id", "window_end",
-    )
-
-    def __init__(self, key: SeriesKey, ledger: Ledger, stage_id: int) -> None:
-        self.key = key
-        self.ledger = ledger
-        self.hist = Histogram(ledger._layout)
-        self.stage_id = stage_id
-        #: errored or cancelled samples: any series carrying an ``outcome`` label
-        self.is_error = any(k == "outcome" for k, _ in key[1])
-        self.buf: list[int] = []
-        self.marks: list[tuple[int, int]] = []  # (buffer position, window index from there)
-        self.window_end = 0  # perf_counter_ns at which the current window ends
-        self.carry_window = -1  # window of buffered values before the first mark
-        self.first_start = 0  # perf_counter_ns
-        self.last_end = 0
-        self.first_start_unix_ns = 0  # from merged snapshots
-        self.last_end_unix_ns = 0
-
-    def add(self, duration: int, end: int) -> None:
-        """Hot path: buffer one value; fold when the buffer is full."""
-        buf = self.buf
-        buf.append(duration)
-        if end >= self.window_end:
-            self.roll(end, duration)
-        self.last_end = end
-        if len(buf) >= self.ledger._flush_at:
-            self.ledger._fold_series(self)
-
-    def add_many(self, durations: list[int], end: int) -> None:
-        """Buffer values that all end at ``end`` (a batch): same as ``add`` per value."""
-        if not durations:
-            return
-        buf = self.buf
-        if end >= self.window_end:  # the first value opens a new window, as add() does
-            buf.append(durations[0])
-            self.roll(end, durations[0])
-            buf.extend(durations[1:])
-        else:
-            buf.extend(durations)
-        self.last_end = end
-        if len(buf) >= self.ledger._flush_at:
-            self.ledger._fold_series(self)
-
-    def roll(self, end: int, duration: int) -> None:
-        """The value just appended ends in a new window: mark where that window starts."""
-        ledger = self.ledger
-        w = (end + ledger._unix_offset_ns) // ledger._window_ns
-        self.marks.append((len(self.buf) - 1, w))
-        self.window_end = (w + 1) * ledger._window_ns - ledger._unix_offset_ns
-        if not self.first_start:
-            self.first_start = end - duration
-
-    def clear(self) -> None:
-        del self.buf[:]
-        del self.marks[:]
-        self.window_end = 0
-        self.carry_window = -1
-        self.first_start = self.last_end = 0
-        self.first_start_unix_ns = self.last_end_unix_ns = 0
-        self.hist = Histogram(self.ledger._layout)
-
-    def span_unix_ns(self) -> tuple[int, int]:
-        """(first start, last end) in unix ns over local and merged samples; 0 if none."""
-        off = self.ledger._unix_offset_ns
-        firsts = [v for v in (self.first_start + off if self.first_start else 0,
-                              self.first_start_unix_ns) if v]
-        last = max(self.last_end + off if self.last_end else 0, self.last_end_unix_ns)
-        return (min(firsts) if firsts else 0), last
-
-
 class _PyLedgerBase:
     """``Ledger.record`` without the optional C extension."""
 
@@ -152,11 +79,94 @@ class _PyLedgerBase:
         _record_py(cast("Ledger", self), stage, duration_ns, **labels)
 
 
+class _PySeriesBase:
+    """A series' hot-path buffer without the optional C extension (the reference version).
+
+    ``add`` appends to a plain list (atomic under the GIL). ``take`` copies the first ``n``
+    values and deletes exactly those, so an append racing with it is kept for the next fold;
+    a mark appended meanwhile points into the old buffer and is shifted back. (The C
+    ``SeriesBase`` buffers C integers and takes everything in one uninterruptible step.)
+    """
+
+    __slots__ = ("_flush_at", "_unix_offset_ns", "_window_ns", "buf", "first_start",
+                 "last_end", "ledger", "marks", "window_end")
+
+    def __init__(self, ledger: Ledger, flush_at: int, window_ns: int, unix_offset_ns: int) -> None:
+        self.ledger = ledger
+        self._flush_at = flush_at
+        self._window_ns = window_ns
+        self._unix_offset_ns = unix_offset_ns
+        self.buf: list[int] = []
+        self.marks: list[tuple[int, int]] = []  # (buffer position, window index from there)
+        self.window_end = 0  # perf_counter_ns at which the current window ends
+        self.first_start = 0  # perf_counter_ns
+        self.last_end = 0
+
+    @property
+    def pending(self) -> int:
+        """Values buffered, not yet folded."""
+        return len(self.buf)
+
+    def add(self, duration: int, end: int) -> None:
+        """Hot path: buffer one value; fold when the buffer is full."""
+        buf = self.buf
+        buf.append(duration)
+        if end >= self.window_end:
+            self.roll(end, duration)
+        self.last_end = end
+        if len(buf) >= self._flush_at:
+            self.ledger._fold_series(self)  # type: ignore[arg-type]
+
+    def add_many(self, durations: list[int], end: int) -> None:
+        """Buffer values that all end at ``end`` (a batch): same as ``add`` per value."""
+        if not durations:
+            return
+        buf = self.buf
+        if end >= self.window_end:  # the first value opens a new window, as add() does
+            buf.append(durations[0])
+            self.roll(end, durations[0])
+            buf.extend(durations[1:])
+        else:
+            buf.extend(durations)
+        self.last_end = end
+        if len(buf) >= self._flush_at:
+            self.ledger._fold_series(self)  # type: ignore[arg-type]
+
+    def roll(self, end: int, duration: int) -> None:
+        """The value just appended ends in a new window: mark where that window starts."""
+        w = (end + self._unix_offset_ns) // self._window_ns
+        self.marks.append((len(self.buf) - 1, w))
+        self.window_end = (w + 1) * self._window_ns - self._unix_offset_ns
+        if not self.first_start:
+            self.first_start = end - duration
+
+    def take(self) -> tuple[bytes | list[int], list[tuple[int, int]]]:
+        """(buffered values, their window marks), removed from the buffer."""
+        marks, buf = self.marks, self.buf
+        m = len(marks)
+        n = len(buf)
+        values = buf[:n]
+        del buf[:n]
+        taken = marks[:m]
+        del marks[:m]
+        # marks appended since the snapshot point into the old buffer: shift them
+        for i, (pos, w) in enumerate(marks):
+            marks[i] = (max(0, pos - n), w)
+        return values, taken
+
+    def reset(self) -> None:
+        del self.buf[:]
+        del self.marks[:]
+        self.window_end = 0
+        self.first_start = self.last_end = 0
+
+
 #: the optional C extension (None when not built or AIPERF_PURE_PYTHON is set); _stage
 #: uses the same module object
 _speedups: Any
 if TYPE_CHECKING:
     _LedgerBase = _PyLedgerBase
+    _SeriesBase = _PySeriesBase
     _speedups = None
 else:
     try:
@@ -166,9 +176,43 @@ else:
     except ImportError:
         _speedups = None
         _LedgerBase = _PyLedgerBase
+        _SeriesBase = _PySeriesBase
     else:
         # its record() handles a label-less plain int in C and calls _record_py otherwise
         _LedgerBase = _speedups.LedgerBase
+        _SeriesBase = _speedups.SeriesBase  # C-integer buffer, atomic take()
+
+
+class _Series(_SeriesBase):
+    """One (stage, labels) series: the hot-path buffer (base class) and its histogram."""
+
+    __slots__ = ("carry_window", "first_start_unix_ns", "hist", "is_error", "key",
+                 "last_end_unix_ns", "stage_id")
+
+    def __init__(self, key: SeriesKey, ledger: Ledger, stage_id: int) -> None:
+        super().__init__(ledger, ledger._flush_at, ledger._window_ns, ledger._unix_offset_ns)
+        self.key = key
+        self.hist = Histogram(ledger._layout)
+        self.stage_id = stage_id
+        #: errored or cancelled samples: any series carrying an ``outcome`` label
+        self.is_error = any(k == "outcome" for k, _ in key[1])
+        self.carry_window = -1  # window of buffered values before the first mark
+        self.first_start_unix_ns = 0  # from merged snapshots
+        self.last_end_unix_ns = 0
+
+    def clear(self) -> None:
+        self.reset()
+        self.carry_window = -1
+        self.first_start_unix_ns = self.last_end_unix_ns = 0
+        self.hist = Histogram(self.ledger._layout)
+
+    def span_unix_ns(self) -> tuple[int, int]:
+        """(first start, last end) in unix ns over local and merged samples; 0 if none."""
+        off = self.ledger._unix_offset_ns
+        firsts = [v for v in (self.first_start + off if self.first_start else 0,
+                              self.first_start_unix_ns) if v]
+        last = max(self.last_end + off if self.last_end else 0, self.last_end_unix_ns)
+        return (min(firsts) if firsts else 0), last
 
 
 class Ledger(_LedgerBase):
@@ -240,6 +284,7 @@ class Ledger(_LedgerBase):
         self._label_sets: dict[str, int] = {}
         self._overflow_warned: set[str] = set()
         self._windows: dict[tuple[int, int], _Window] = {}  # (stage_id, window_index)
+        self._stage_windows: dict[int, list[int]] = {}  # stage_id -> its window indices, sorted
         self._slowest: dict[str, list[tuple[float, int, RequestTrace]]] = {}
         self._seq = itertools.count()
 
@@ -316,7 +361,7 @@ class Ledger(_LedgerBase):
     def _fold(self) -> None:
         with self._lock:
             for series in self._series:
-                if series.buf:
+                if series.pending:
                     self._fold_series(series)
             t = len(self._traces)
             if t:
@@ -326,18 +371,16 @@ class Ledger(_LedgerBase):
 
     def _fold_series(self, s: _Series) -> None:
         with self._lock:
-            m = len(s.marks)
-            n = len(s.buf)
-            if not n:
+            raw, marks = s.take()
+            if not raw:
                 return
-            values = np.fromiter(s.buf[:n], dtype=np.int64, count=n)
-            del s.buf[:n]
-            marks = s.marks[:m]
-            del s.marks[:m]
-            # marks appended since the snapshot point into the old buffer: shift them
-            for i, (pos, w) in enumerate(s.marks):
-                s.marks[i] = (max(0, pos - n), w)
-            uniq, cnt = s.hist.add_values(values)
+            if isinstance(raw, bytes):  # the C buffer: folded in C
+                values = np.frombuffer(raw, dtype=np.int64)
+                uniq, cnt = s.hist.add_raw(raw, _speedups.fold)
+            else:
+                values = np.fromiter(raw, dtype=np.int64, count=len(raw))
+                uniq, cnt = s.hist.add_values(values)
+            n = len(values)
             # split the chunk into window segments: [start, next start) -> window
             segments = [(0, s.carry_window)] if not marks or marks[0][0] > 0 else []
             segments.extend((min(pos, n), w) for pos, w in marks)
@@ -345,34 +388,45 @@ class Ledger(_LedgerBase):
                 s.carry_window = marks[-1][1]
             if len(segments) == 1 and not s.is_error:
                 if segments[0][1] >= 0:
-                    self._window(s.stage_id, segments[0][1]).add(uniq, cnt)
+                    self._window_add(s.stage_id, segments[0][1], uniq, cnt)
             else:
                 bounds = [pos for pos, _ in segments[1:]] + [n]
                 for (lo, w), hi in zip(segments, bounds, strict=True):
                     if hi <= lo or w < 0:
                         continue
-                    win = self._window(s.stage_id, w)
                     if s.is_error:
-                        win.errors += hi - lo
+                        self._window(s.stage_id, w).errors += hi - lo
                     else:
                         vals = np.minimum(values[lo:hi], self._layout.highest)
                         u, c = np.unique(self._layout.indices(vals), return_counts=True)
-                        win.add(u, c)
-            self._trim_windows(s.stage_id)
+                        self._window_add(s.stage_id, w, u, c)
+
+    def _window_add(
+        self, stage_id: int, window_index: int, indices: IntArray, counts: IntArray
+    ) -> None:
+        win = self._window(stage_id, window_index)
+        win.add(indices, counts)
+        if window_index != self._stage_windows[stage_id][-1]:
+            win.freeze()  # a late chunk for an older window: back to the sparse form
 
     def _window(self, stage_id: int, window_index: int) -> _Window:
         key = (stage_id, window_index)
         w = self._windows.get(key)
         if w is None:
             w = self._windows[key] = _Window()
+            kept = self._stage_windows.setdefault(stage_id, [])
+            if not kept or window_index > kept[-1]:
+                if kept:  # the stage's newest window so far stops receiving samples
+                    newest = self._windows.get((stage_id, kept[-1]))
+                    if newest is not None:
+                        newest.freeze()
+                kept.append(window_index)
+            else:  # a late sample for an older interval (or a merged snapshot)
+                bisect.insort(kept, window_index)
+            # keep the newest ``windows_kept`` windows of the stage
+            while len(kept) > self.windows_kept:
+                del self._windows[(stage_id, kept.pop(0))]
         return w
-
-    def _trim_windows(self, stage_id: int) -> None:
-        """Keep the newest ``windows_kept`` windows of one stage."""
-        wins = [w for sid, w in self._windows if sid == stage_id]
-        if len(wins) > self.windows_kept:
-            for w in sorted(wins)[: len(wins) - self.windows_kept]:
-                del self._windows[(stage_id, w)]
 
     def _fold_traces(
         self, traces: list[tuple[int, dict[str, int], str, Mapping[str, str], bool, int]]
@@ -544,7 +598,7 @@ class Ledger(_LedgerBase):
             stage_id = self._stage_ids.get(stage)
             if stage_id is None:
                 return []
-            base = {w: win for (sid, w), win in self._windows.items() if sid == stage_id}
+            base = {w: self._windows[(stage_id, w)] for w in self._stage_windows.get(stage_id, [])}
         if not base:
             return []
         groups: dict[int, list[_Window]] = {}
@@ -661,14 +715,14 @@ class Ledger(_LedgerBase):
                 if stage_id is None:
                     stage_id = self._stage_ids[ws.stage] = len(self._stage_names)
                     self._stage_names.append(ws.stage)
-                win = self._window(stage_id, ws.window_index)
-                win.errors += ws.errors
+                self._window(stage_id, ws.window_index).errors += ws.errors
                 if ws.indices:
-                    win.add(
+                    self._window_add(
+                        stage_id,
+                        ws.window_index,
                         np.asarray(ws.indices, dtype=np.int64),
                         np.asarray(ws.counts, dtype=np.int64),
                     )
-                self._trim_windows(stage_id)
             for stage, traces in snap.slowest.items():
                 heap = self._slowest.setdefault(stage, [])
                 for t in traces:
@@ -687,6 +741,7 @@ class Ledger(_LedgerBase):
             for series in self._series:
                 series.clear()
             self._windows.clear()
+            self._stage_windows.clear()
             self._slowest.clear()
 
     def __repr__(self) -> str:

@@ -92,7 +92,7 @@ class _PyStageBase:
             _exit_general(self, exc, end, duration)
             return
         name = self._name
-        # -- hot path: _record() and _Series.add() inlined --
+        # -- hot path: _record() inlined --
         led = self._ledger
         req = _current.get()
         if req is not None:
@@ -105,13 +105,7 @@ class _PyStageBase:
         series = led._by_name.get(name)  # str hashes are cached: cheaper than a tuple key
         if series is None:
             series = led._series_for((name, ()))
-        buf = series.buf
-        buf.append(duration)
-        if end >= series.window_end:
-            series.roll(end, duration)
-        series.last_end = end
-        if len(buf) >= led._flush_at:
-            led._fold_series(series)
+        series.add(duration, end)
 
 
 def _enter_hooks(self: Any) -> None:
@@ -228,7 +222,7 @@ class stage(_StageBase):
                 _record(name, _outcome_key(name, labels, exc), ledger, end - t0, end)
                 raise
             end = perf_counter_ns()
-            # -- hot path: _record() and _Series.add() inlined, with the series cached --
+            # -- hot path: _record() inlined, with the series cached --
             duration = end - t0
             led = ledger
             req = _current.get()
@@ -244,13 +238,7 @@ class stage(_StageBase):
             else:
                 series = cached_series = led._series_for(key)
                 cached_ledger = led
-            buf = series.buf
-            buf.append(duration)
-            if end >= series.window_end:
-                series.roll(end, duration)
-            series.last_end = end
-            if len(buf) >= led._flush_at:
-                led._fold_series(series)
+            series.add(duration, end)
             return result
 
         return wrapper

@@ -9,41 +9,64 @@ from ._hdr import Histogram, IntArray
 
 
 class _Window:
-    """Sparse interval histogram of one stage over one window: ok values plus error count.
+    """Interval histogram of one stage over one window: ok values plus error count.
 
-    ``add`` only queues the (indices, counts) chunk; chunks are merged when more than
-    ``_MAX_PENDING`` wait or when the window is read, keeping the fold cheap.
+    While a window receives samples (the stage's newest) its counts are a dense array in
+    the HDR index space, so each fold adds its (indices, counts) chunk with one indexed add;
+    the ledger freezes it into sparse (indices, counts) form when the stage's next window
+    opens (16 bytes per distinct bucket), which is what the ``windows_kept`` history holds.
     """
 
-    __slots__ = ("_counts", "_indices", "_pending", "errors")
-
-    _MAX_PENDING = 16
+    __slots__ = ("_counts", "_dense", "_indices", "errors")
 
     def __init__(self) -> None:
         self._indices: IntArray = np.zeros(0, dtype=np.int64)
         self._counts: IntArray = np.zeros(0, dtype=np.int64)
-        self._pending: list[tuple[IntArray, IntArray]] = []
+        self._dense: IntArray | None = None
         self.errors = 0
 
     def add(self, indices: IntArray, counts: IntArray) -> None:
-        self._pending.append((indices, counts))
-        if len(self._pending) > self._MAX_PENDING:
-            self._compact()
-
-    def _compact(self) -> None:
-        if not self._pending:
+        """Add counts at sorted, unique counts-array indices."""
+        if indices.size == 0:
             return
-        idx = np.concatenate([self._indices, *(p[0] for p in self._pending)])
-        cnt = np.concatenate([self._counts, *(p[1] for p in self._pending)])
-        self._pending.clear()
-        uniq, inverse = np.unique(idx, return_inverse=True)
-        self._indices = uniq
-        self._counts = np.bincount(inverse, weights=cnt, minlength=uniq.size).astype(np.int64)
+        dense = self._dense
+        if dense is None:
+            dense = self._thaw(int(indices[-1]))
+        elif int(indices[-1]) >= dense.size:
+            dense = self._grow(dense, int(indices[-1]))
+        dense[indices] += counts  # indices are unique: a plain indexed add is exact
+
+    @staticmethod
+    def _size_for(top: int) -> int:
+        return 1 << max(10, top.bit_length())  # > top; at most one regrow per doubling
+
+    def _grow(self, dense: IntArray, top: int) -> IntArray:
+        grown = np.zeros(self._size_for(top), dtype=np.int64)
+        grown[: dense.size] = dense
+        self._dense = grown
+        return grown
+
+    def _thaw(self, top: int) -> IntArray:
+        if self._indices.size:
+            top = max(top, int(self._indices[-1]))
+        dense = np.zeros(self._size_for(top), dtype=np.int64)
+        dense[self._indices] = self._counts
+        self._dense = dense
+        return dense
+
+    def freeze(self) -> None:
+        """Keep only the sparse form (the window no longer receives samples, normally)."""
+        if self._dense is not None:
+            self._indices, self._counts = self.sparse()
+            self._dense = None
 
     def sparse(self) -> tuple[IntArray, IntArray]:
         """(sorted unique counts-array indices, counts)."""
-        self._compact()
-        return self._indices, self._counts
+        dense = self._dense
+        if dense is None:
+            return self._indices, self._counts
+        nz = np.flatnonzero(dense).astype(np.int64)
+        return nz, dense[nz]
 
 
 class Window:
