@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -246,3 +247,76 @@ def test_series_memory_grows_with_largest_value_only() -> None:
     ledger.count("slow")
     big = ledger._series[1].hist.counts.nbytes
     assert small < 100 * 1024 < big <= 300 * 1024
+
+
+def test_records_racing_a_blocked_fold_are_all_kept() -> None:
+    """A reader holds the ledger's lock while writers fill the buffer many times over: every
+    writer that triggers a fold waits for the lock, the others keep buffering (the buffer
+    grows past ``buffer_size``), and once the lock is free every value is counted once."""
+    ledger = perf.Ledger(buffer_size=4)
+    ledger.record("s", 1)  # create the series before the lock is taken
+    held, release = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        with ledger._lock:
+            held.set()
+            release.wait(10)
+
+    values = [[(w * 1000 + k + 1) * 1000 for k in range(50)] for w in range(8)]
+
+    def writer(vals: list[int]) -> None:
+        for v in vals:
+            ledger.record("s", v)
+
+    r = threading.Thread(target=reader)
+    r.start()
+    held.wait(10)
+    writers = [threading.Thread(target=writer, args=(v,)) for v in values]
+    for t in writers:
+        t.start()
+    # each writer buffers until its add finds the buffer full and waits for the lock: the
+    # first after 3 values (1 + 3 = buffer_size), the 7 others after one value each
+    series = ledger._series[0]
+    deadline = time.monotonic() + 30
+    while series.pending < 4 + 7 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert series.pending == 4 + 7  # past buffer_size: nothing dropped while the fold waits
+    release.set()
+    r.join()
+    for t in writers:
+        t.join()
+    flat = [1] + [v for vals in values for v in vals]
+    assert ledger.count("s") == len(flat)
+    assert ledger.mean("s") == pytest.approx(sum(flat) / len(flat) / 1e6)
+    assert ledger.percentile("s", 100) == max(flat) / 1e6
+
+
+def test_open_window_is_frozen_and_late_samples_still_count() -> None:
+    ledger = perf.Ledger(window_s=1.0)
+    ledger._unix_offset_ns = 0  # white-box: place samples at exact window boundaries
+    base = 1_000_000_000
+    t0 = (10**12 // base) * base
+    for k in range(5):
+        ledger._append(("e2e", ()), 1_000_000, t0 + k)  # window 0
+    for k in range(3):
+        ledger._append(("e2e", ()), 2_000_000, t0 + base + k)  # window 1
+    # another series of the stage reports late samples for window 0
+    ledger._append(("e2e", (("route", "/a"),)), 3_000_000, t0 + 10)
+    wins = ledger.window(1)
+    assert [w.count for w in wins] == [6, 3]
+    assert wins[0].percentile(100) == pytest.approx(3.0, rel=1e-3)
+    stage_id = ledger._stage_ids["e2e"]
+    first, newest = (ledger._windows[(stage_id, t0 // base + i)] for i in (0, 1))
+    assert first._dense is None  # history is kept sparse
+    assert newest._dense is not None  # the open window takes chunks densely
+    idx, cnt = first.sparse()
+    assert idx.tolist() == sorted(idx.tolist()) and int(cnt.sum()) == 6
+
+
+def test_huge_range_sums_exactly() -> None:
+    """Values near the top of int64 (a huge highest_ms): the exact sum never wraps."""
+    ledger = perf.Ledger(highest_ms=9_000_000_000_000)
+    for _ in range(3):
+        ledger.record("x", 9 * 10**18)
+    assert ledger.count("x") == 3
+    assert ledger.mean("x") == 9 * 10**12

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import aiperf_sdk as perf
 from aiperf_sdk import _hooks, _stage
@@ -239,3 +241,46 @@ def test_stage_signature_is_introspectable() -> None:
     params = inspect.signature(perf.stage).parameters
     assert list(params) == ["name", "ledger", "labels"]
     assert params["ledger"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.skipif(not C_BUILT, reason="C extension not built")
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**62), min_size=1, max_size=500),
+       st.sampled_from([2, 3, 4]))
+def test_c_fold_equals_the_numpy_fold(values: list[int], sig: int) -> None:
+    """_speedups.fold (a taken C buffer into the HDR counts) against Histogram.add_values."""
+    import numpy as np
+
+    from aiperf_sdk._hdr import HdrLayout, Histogram
+
+    layout = HdrLayout(3_600_000 * 1_000_000, sig)
+    raw = np.asarray(values, dtype=np.int64).tobytes()
+    c_hist, np_hist = Histogram(layout), Histogram(layout)
+    c_hist.add_values(np.asarray([5, 7], dtype=np.int64))  # fold into non-empty counts too
+    np_hist.add_values(np.asarray([5, 7], dtype=np.int64))
+    c_uniq, c_cnt = c_hist.add_raw(raw, _stage._speedups.fold)
+    np_uniq, np_cnt = np_hist.add_values(np.frombuffer(raw, dtype=np.int64))
+    assert c_uniq.tolist() == np_uniq.tolist() and c_cnt.tolist() == np_cnt.tolist()
+    n = len(np_hist.counts)
+    assert c_hist.counts[:n].tolist() == np_hist.counts.tolist()
+    assert not c_hist.counts[n:].any()
+    for field in ("total", "sum_ns", "min_ns", "max_ns", "clamped"):
+        assert getattr(c_hist, field) == getattr(np_hist, field), field
+
+
+@pytest.mark.skipif(not C_BUILT, reason="C extension not built")
+def test_c_series_rejects_bad_values_and_changes_nothing() -> None:
+    ledger = perf.Ledger(buffer_size=8)
+    ledger.record("s", 1)
+    series = ledger._by_name["s"]
+    with pytest.raises(ValueError):
+        series.add(-1, 0)
+    with pytest.raises(TypeError):
+        series.add_many([1, "x"], 0)  # converted first: the good value is not added either
+    with pytest.raises(ValueError):
+        series.add_many([1, 2**70], 0)
+    with pytest.raises(TypeError):
+        _stage._speedups.fold(b"\x00" * 8, [0, 0], 10, 1, 1, 1)  # counts: no int64 buffer
+    assert series.pending == 1 and ledger.count("s") == 1
+    series.add_many([2, 3, 4], 0)
+    assert ledger.count("s") == 4 and ledger.percentile("s", 100) == 4 / 1e6
