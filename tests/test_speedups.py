@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,8 @@ C_BUILT = _stage._speedups is not None
 def test_c_hot_path_is_built_where_a_compiler_exists() -> None:
     if os.environ.get("AIPERF_PURE_PYTHON", "").strip() not in ("", "0"):
         pytest.skip("AIPERF_PURE_PYTHON is set: the pure-Python path is under test")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the C hot path is used on Linux only")
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler here: the optional extension cannot be built")
     assert _stage.IMPLEMENTATION == "c"

@@ -19,6 +19,7 @@ import heapq
 import itertools
 import math
 import os
+import sys
 import threading
 import time
 import warnings
@@ -172,6 +173,9 @@ else:
     try:
         if os.environ.get("AIPERF_PURE_PYTHON", "").strip() not in ("", "0"):
             raise ImportError("AIPERF_PURE_PYTHON is set")
+        if not sys.platform.startswith("linux"):
+            # its clock is CLOCK_MONOTONIC, perf_counter_ns()'s clock on Linux only
+            raise ImportError("the C hot path is used on Linux only")
         from . import _speedups
     except ImportError:
         _speedups = None

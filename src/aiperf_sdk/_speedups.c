@@ -5,7 +5,11 @@
  * block. Everything else calls back into the Python implementation in _stage.py, which stays
  * the reference (and the fallback when this module is not built). The clock is
  * CLOCK_MONOTONIC, the clock of time.perf_counter_ns() on Linux, so values mix with the ones
- * Python code records.
+ * Python code records (_ledger loads this module on Linux only).
+ *
+ * Also here: the series buffer (SeriesBase: C integers, taken atomically by the fold), the
+ * ledger's series maps (LedgerBase) and fold(), which folds a taken buffer into the HDR
+ * counts without numpy temporaries.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -921,7 +925,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "aiperf_sdk._speedups",
-    "Optional C hot path of aiperf_sdk.stage.", -1, module_methods,
+    "Optional C hot path of aiperf_sdk (stage timing, series buffers, HDR fold).", -1, module_methods,
 };
 
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
