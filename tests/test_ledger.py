@@ -320,3 +320,35 @@ def test_huge_range_sums_exactly() -> None:
         ledger.record("x", 9 * 10**18)
     assert ledger.count("x") == 3
     assert ledger.mean("x") == 9 * 10**12
+
+
+def test_merge_validates_and_canonicalises_snapshot_windows() -> None:
+    src = perf.Ledger()
+    src.record("s", 1000)
+    snap = src.snapshot()
+    win = snap.windows[0]
+    index = win.indices[0]
+    # a hand-made snapshot listing one bucket twice: both counts are added
+    dup = snap.model_copy(update={"windows": [
+        win.model_copy(update={"indices": [index, index], "counts": [1, 2]})
+    ]})
+    a = perf.Ledger()
+    a.merge(dup)
+    assert sum(w.count for w in a.window(stage="s")) == 3
+    # out of range, negative or mismatched: rejected before anything is merged
+    b = perf.Ledger()
+    for update in ({"indices": [10**9], "counts": [1]}, {"indices": [index], "counts": [-1]},
+                   {"indices": [index], "counts": [1, 1]}):
+        bad = snap.model_copy(update={"windows": [win.model_copy(update=update)]})
+        with pytest.raises(perf.LedgerMismatchError, match="window"):
+            b.merge(bad)
+    assert b.count("s") == 0 and b.window(stage="s") == []
+
+
+def test_buffer_size_is_bounded() -> None:
+    with pytest.raises(ValueError, match="buffer_size"):
+        perf.Ledger(buffer_size=2**62)
+    ledger = perf.Ledger(buffer_size=1 << 24)  # the largest allowed
+    for k in range(10_000):  # a large buffer fills gradually (not allocated up front)
+        ledger.record("s", k)
+    assert ledger.count("s") == 10_000

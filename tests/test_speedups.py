@@ -283,7 +283,20 @@ def test_c_series_rejects_bad_values_and_changes_nothing() -> None:
     with pytest.raises(ValueError):
         series.add_many([1, 2**70], 0)
     with pytest.raises(TypeError):
-        _stage._speedups.fold(b"\x00" * 8, [0, 0], 10, 1, 1, 1)  # counts: no int64 buffer
+        _stage._speedups.fold(b"\x00" * 8, [0, 0], 10, 1, 3, 2)  # counts: no int64 buffer
     assert series.pending == 1 and ledger.count("s") == 1
     series.add_many([2, 3, 4], 0)
     assert ledger.count("s") == 4 and ledger.percentile("s", 100) == 4 / 1e6
+
+
+@pytest.mark.skipif(not C_BUILT, reason="C extension not built")
+def test_uninitialised_c_series_raises_instead_of_crashing() -> None:
+    series = _stage._speedups.SeriesBase.__new__(_stage._speedups.SeriesBase)
+    for call in (lambda: series.add(1, 5), lambda: series.take(), lambda: series.reset(),
+                 lambda: series.add_many([1], 5)):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            call()
+    with pytest.raises(ValueError):
+        _stage._speedups.SeriesBase(perf.Ledger(), 2**40, 10**9, 0)  # buffer beyond 2**24
+    with pytest.raises(ValueError, match="layout"):
+        _stage._speedups.fold(b"\x00" * 8, bytearray(64), 10**6, 10, 1, 1024)

@@ -52,6 +52,8 @@ OVERFLOW_LABELS: Final[Labels] = (("overflow", "other"),)
 ERROR_LABEL: Final[tuple[str, str]] = ("outcome", "error")
 CANCELLED_LABEL: Final[tuple[str, str]] = ("outcome", "cancelled")
 SUMMARY_PERCENTILES: Final = [50.0, 90.0, 95.0, 99.0, 99.9]
+#: largest ``Ledger(buffer_size=...)``: 2**24 values, 128 MiB of buffer per series
+MAX_BUFFER_SIZE: Final = 1 << 24
 
 
 def make_labels(labels: Mapping[str, object]) -> Labels:
@@ -111,10 +113,11 @@ class _PySeriesBase:
     def add(self, duration: int, end: int) -> None:
         """Hot path: buffer one value; fold when the buffer is full."""
         buf = self.buf
-        buf.append(duration)
         if end >= self.window_end:
-            self.roll(end, duration)
-        self.last_end = end
+            self.roll(end, duration)  # before the append: a fold in between loses no mark
+        buf.append(duration)
+        if end > self.last_end:
+            self.last_end = end
         if len(buf) >= self._flush_at:
             self.ledger._fold_series(self)  # type: ignore[arg-type]
 
@@ -124,19 +127,17 @@ class _PySeriesBase:
             return
         buf = self.buf
         if end >= self.window_end:  # the first value opens a new window, as add() does
-            buf.append(durations[0])
             self.roll(end, durations[0])
-            buf.extend(durations[1:])
-        else:
-            buf.extend(durations)
-        self.last_end = end
+        buf.extend(durations)
+        if end > self.last_end:
+            self.last_end = end
         if len(buf) >= self._flush_at:
             self.ledger._fold_series(self)  # type: ignore[arg-type]
 
     def roll(self, end: int, duration: int) -> None:
-        """The value just appended ends in a new window: mark where that window starts."""
+        """The value about to be appended ends in a new window: mark where that starts."""
         w = (end + self._unix_offset_ns) // self._window_ns
-        self.marks.append((len(self.buf) - 1, w))
+        self.marks.append((len(self.buf), w))
         self.window_end = (w + 1) * self._window_ns - self._unix_offset_ns
         if not self.first_start:
             self.first_start = end - duration
@@ -230,7 +231,8 @@ class Ledger(_LedgerBase):
         slowest_capacity: per-stage number of slowest request traces kept.
         window_s: length of the interval histograms behind :meth:`window`.
         windows_kept: how many recent intervals are kept per stage.
-        buffer_size: records buffered on the hot path before they are folded in bulk.
+        buffer_size: records buffered on the hot path before they are folded in bulk
+            (1..``MAX_BUFFER_SIZE``).
 
     Memory: each series grows its counts array to its largest value, ~8 KiB per doubling
     (3 significant figures): ~90 KiB for a series whose largest value is 1 ms, ~170 KiB at
@@ -262,6 +264,11 @@ class Ledger(_LedgerBase):
             raise ValueError(f"highest_ms must be a positive integer, got {highest_ms!r}")
         if max_label_sets < 1 or slowest_capacity < 0 or windows_kept < 1 or buffer_size < 1:
             raise ValueError("max_label_sets, windows_kept and buffer_size must be >= 1")
+        if buffer_size > MAX_BUFFER_SIZE:
+            raise ValueError(
+                f"buffer_size must be <= {MAX_BUFFER_SIZE} (8 bytes per value per series), "
+                f"got {buffer_size!r}"
+            )
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0, got {window_s!r}")
         self.significant_figures = significant_figures
@@ -378,6 +385,11 @@ class Ledger(_LedgerBase):
             raw, marks = s.take()
             if not raw:
                 return
+            # the carry moves on before anything that may run Python code (a finalizer can
+            # record into this series and fold it again, re-entering the RLock)
+            carry = s.carry_window
+            if marks:
+                s.carry_window = marks[-1][1]
             if isinstance(raw, bytes):  # the C buffer: folded in C
                 values = np.frombuffer(raw, dtype=np.int64)
                 uniq, cnt = s.hist.add_raw(raw, _speedups.fold)
@@ -386,10 +398,8 @@ class Ledger(_LedgerBase):
                 uniq, cnt = s.hist.add_values(values)
             n = len(values)
             # split the chunk into window segments: [start, next start) -> window
-            segments = [(0, s.carry_window)] if not marks or marks[0][0] > 0 else []
+            segments = [(0, carry)] if not marks or marks[0][0] > 0 else []
             segments.extend((min(pos, n), w) for pos, w in marks)
-            if marks:
-                s.carry_window = marks[-1][1]
             if len(segments) == 1 and not s.is_error:
                 if segments[0][1] >= 0:
                     self._window_add(s.stage_id, segments[0][1], uniq, cnt)
@@ -701,6 +711,7 @@ class Ledger(_LedgerBase):
                 )
             h.sum_ns, h.min_ns, h.max_ns, h.clamped = s.sum_ns, s.min_ns, s.max_ns, s.clamped
             decoded.append((s, h))
+        windows = [(ws, *self._window_counts(ws)) for ws in snap.windows]
         self._fold()
         for s, _ in decoded:  # create series (and warn on overflow) outside the lock
             self._series_for((s.stage, make_labels(s.labels)))
@@ -714,19 +725,14 @@ class Ledger(_LedgerBase):
                 ):
                     series.first_start_unix_ns = s.first_start_unix_ns
                 series.last_end_unix_ns = max(series.last_end_unix_ns, s.last_end_unix_ns)
-            for ws in snap.windows:
+            for ws, w_idx, w_cnt in windows:
                 stage_id = self._stage_ids.get(ws.stage)
                 if stage_id is None:
                     stage_id = self._stage_ids[ws.stage] = len(self._stage_names)
                     self._stage_names.append(ws.stage)
                 self._window(stage_id, ws.window_index).errors += ws.errors
-                if ws.indices:
-                    self._window_add(
-                        stage_id,
-                        ws.window_index,
-                        np.asarray(ws.indices, dtype=np.int64),
-                        np.asarray(ws.counts, dtype=np.int64),
-                    )
+                if w_idx.size:
+                    self._window_add(stage_id, ws.window_index, w_idx, w_cnt)
             for stage, traces in snap.slowest.items():
                 heap = self._slowest.setdefault(stage, [])
                 for t in traces:
@@ -736,6 +742,32 @@ class Ledger(_LedgerBase):
                         heapq.heappush(heap, item)
                     elif item[0] > heap[0][0]:
                         heapq.heapreplace(heap, item)
+
+    def _window_counts(self, ws: WindowSnapshot) -> tuple[IntArray, IntArray]:
+        """A snapshot window's counts as sorted unique indices (validated; duplicates add).
+
+        Raises:
+            LedgerMismatchError: indices outside this layout, negative counts or lengths
+                that differ.
+        """
+        idx = np.asarray(ws.indices, dtype=np.int64)
+        cnt = np.asarray(ws.counts, dtype=np.int64)
+        if (
+            idx.shape != cnt.shape
+            or ws.errors < 0
+            or (idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._layout.counts_len))
+            or (cnt.size and int(cnt.min()) < 0)
+        ):
+            raise LedgerMismatchError(
+                f"window {ws.window_index} of stage {ws.stage!r}: indices must lie in "
+                f"0..{self._layout.counts_len - 1}, counts be >= 0 and as many as the indices"
+            )
+        if idx.size and not bool(np.all(idx[1:] > idx[:-1])):
+            uniq, inverse = np.unique(idx, return_inverse=True)
+            summed = np.zeros(uniq.size, dtype=np.int64)
+            np.add.at(summed, inverse, cnt)
+            idx, cnt = uniq, summed
+        return idx, cnt
 
     def reset(self) -> None:
         """Drop every sample, window and trace (configuration is kept)."""

@@ -130,8 +130,17 @@ static int series_roll(SeriesBase *s, long long duration, long long end) {
 
 static int series_reserve(SeriesBase *s, Py_ssize_t extra) {
     if (s->n + extra <= s->cap) return 0;
-    Py_ssize_t cap = s->cap ? s->cap : s->flush_at;
-    while (cap < s->n + extra) cap *= 2; /* full while a fold waits for the lock: grow */
+    /* start small (a large buffer_size fills gradually); double when full, also while a
+     * fold waits for the lock */
+    Py_ssize_t cap = s->cap ? s->cap : (s->flush_at < 4096 ? s->flush_at : 4096);
+    if (cap < 1) cap = 1;
+    while (cap < s->n + extra) {
+        if (cap > PY_SSIZE_T_MAX / (2 * (Py_ssize_t)sizeof(long long))) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
     long long *buf = PyMem_Realloc(s->buf, (size_t)cap * sizeof(long long));
     if (buf == NULL) { PyErr_NoMemory(); return -1; }
     s->buf = buf;
@@ -147,8 +156,15 @@ static int series_maybe_fold(SeriesBase *s) {
     return 0;
 }
 
+static int series_uninitialised(SeriesBase *s) {
+    if (s->marks != NULL) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "series is not initialised (or was cleared)");
+    return 1;
+}
+
 /* Hot path: buffer one value ending at `end`; fold when the buffer is full. */
 static int series_add(SeriesBase *s, long long duration, long long end) {
+    if (series_uninitialised(s)) return -1;
     /* roll first: its allocation is the one step that may run Python code (the GC) */
     if (end >= s->window_end && series_roll(s, duration, end) < 0) return -1;
     if (s->n >= s->cap && series_reserve(s, 1) < 0) return -1;
@@ -163,8 +179,8 @@ static int Series_init(SeriesBase *self, PyObject *args, PyObject *kwds) {
     long long window_ns, offset;
     if (!PyArg_ParseTuple(args, "OnLL:SeriesBase", &ledger, &flush_at, &window_ns, &offset))
         return -1;
-    if (flush_at < 1 || window_ns < 1) {
-        PyErr_SetString(PyExc_ValueError, "flush_at and window_ns must be >= 1");
+    if (flush_at < 1 || flush_at > (1 << 24) || window_ns < 1) {
+        PyErr_SetString(PyExc_ValueError, "flush_at must be 1..2**24, window_ns >= 1");
         return -1;
     }
     PyObject *marks = PyList_New(0);
@@ -230,6 +246,7 @@ static PyObject *Series_add_many(SeriesBase *self, PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_TypeError, "add_many(durations: list[int], end_ns)");
         return NULL;
     }
+    if (series_uninitialised(self)) return NULL;
     PyObject *lst = args[0];
     long long end = PyLong_AsLongLong(args[1]);
     if (end == -1 && PyErr_Occurred()) return NULL;
@@ -255,6 +272,7 @@ static PyObject *Series_add_many(SeriesBase *self, PyObject *const *args, Py_ssi
 
 /* take() -> (bytes of int64 values, marks): everything buffered, atomically. */
 static PyObject *Series_take(SeriesBase *self, PyObject *Py_UNUSED(ignored)) {
+    if (series_uninitialised(self)) return NULL;
     PyObject *fresh = PyList_New(0); /* may run the GC: before the state is read */
     if (fresh == NULL) return NULL;
     /* from here to the reset nothing can run Python code (bytes are not GC-tracked) */
@@ -277,6 +295,7 @@ static PyObject *Series_take(SeriesBase *self, PyObject *Py_UNUSED(ignored)) {
 
 /* reset(): drop the buffer and the window state (Ledger.reset). */
 static PyObject *Series_reset(SeriesBase *self, PyObject *Py_UNUSED(ignored)) {
+    if (series_uninitialised(self)) return NULL;
     PyObject *fresh = PyList_New(0);
     if (fresh == NULL) return NULL;
     self->n = 0;
@@ -804,7 +823,8 @@ static PyObject *fold(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     long long mask = PyLong_AsLongLong(args[4]);
     long long half = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred()) return NULL;
-    if (half_mag < 0 || half_mag > 40 || mask < 1 || half < 1 || highest < 1) {
+    if (half_mag < 0 || half_mag > 40 || mask != (2LL << half_mag) - 1 ||
+        half != (1LL << half_mag) || highest < 1) {
         PyErr_SetString(PyExc_ValueError, "fold(): invalid HDR layout");
         return NULL;
     }
