@@ -59,8 +59,9 @@ def test_request_id_works_without_configure(captured: io.StringIO) -> None:
 
 def test_one_structured_line_per_request(caplog: pytest.LogCaptureFixture) -> None:
     perf.configure(logging=True)
+    ledger = perf.Ledger()
     with caplog.at_level(logging.INFO, logger="aiperf_sdk.requests"):
-        with perf.request(id="r1", route="/chat"):
+        with perf.request(id="r1", route="/chat", ledger=ledger):
             with perf.stage("prefill"):
                 pass
             with perf.stage("prefill"):
@@ -73,6 +74,8 @@ def test_one_structured_line_per_request(caplog: pytest.LogCaptureFixture) -> No
     assert first["request_id"] == "r1" and first["outcome"] == "ok"
     assert set(first["stages_ms"]) == {"prefill"} and first["attrs"] == {"route": "/chat"}
     assert first["e2e_ms"] >= first["stages_ms"]["prefill"]
+    # the logged e2e is the ledger's measurement (the hook gets the request's own bounds)
+    assert first["e2e_ms"] == round(ledger.mean("e2e"), 3)
     assert records[0].request_id == "r1"  # type: ignore[attr-defined]
     assert json.loads(records[1].getMessage())["outcome"] == "error"
 

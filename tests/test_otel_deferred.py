@@ -73,7 +73,8 @@ def test_timestamps_are_the_recorded_ones_in_unix_time(
     exp, provider = exporter
     perf.configure(otel_traces=True, tracer_provider=provider)
     wall0 = time.time_ns()
-    with perf.request() as req:
+    ledger = perf.Ledger()
+    with perf.request(ledger=ledger) as req:
         with perf.stage("prefill"):
             time.sleep(0.02)
         with perf.stage("decode"):
@@ -90,12 +91,13 @@ def test_timestamps_are_the_recorded_ones_in_unix_time(
     assert request.start_time <= prefill.start_time < prefill.end_time  # type: ignore[operator]
     assert prefill.end_time <= decode.start_time  # type: ignore[operator]
     assert decode.end_time <= request.end_time  # type: ignore[operator]
-    # the span brackets the ledger's measurement of the same stage (the hook reads the clock
-    # just outside the stage's own two reads)
+    # the span is the ledger's measurement of the same stage: the hook gets the stage's own
+    # two clock reads (end_at), so the durations are identical, to the nanosecond
     for span in (prefill, decode):
-        ledger_ns = req.stages[span.name]
         span_ns = span.end_time - span.start_time  # type: ignore[operator]
-        assert ledger_ns <= span_ns < ledger_ns * 1.5, (span.name, ledger_ns, span_ns)
+        assert span_ns == req.stages[span.name], (span.name, req.stages[span.name], span_ns)
+    request_ns = request.end_time - request.start_time  # type: ignore[operator]
+    assert ledger.count("e2e") == 1 and abs(request_ns - ledger.mean("e2e") * 1e6) < 1
 
 
 def test_full_queue_drops_and_counts_but_parents_still_end(

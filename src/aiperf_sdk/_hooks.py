@@ -15,7 +15,12 @@ _log = logging.getLogger("aiperf_sdk")
 
 
 class StageHook(Protocol):
-    """Receives stage and request boundaries. ``start`` returns a token given to ``end``."""
+    """Receives stage and request boundaries. ``start`` returns a token given to ``end``.
+
+    A hook may also define ``end_at(token, error, start_ns, end_ns)``: it is then called
+    instead of ``end`` with the stage's (or request's) own two clock reads
+    (``perf_counter_ns``), so what it exports has exactly the duration the ledger recorded.
+    """
 
     def start(self, name: str, labels: tuple[tuple[str, str], ...], request_id: str | None,
               kind: str) -> object: ...
@@ -59,10 +64,16 @@ def hooks_start(name: str, labels: tuple[tuple[str, str], ...], request_id: str 
     return tokens
 
 
-def hooks_end(tokens: list[tuple[StageHook, object]], error: BaseException | None) -> None:
+def hooks_end(tokens: list[tuple[StageHook, object]], error: BaseException | None,
+              start_ns: int = 0, end_ns: int = 0) -> None:
+    """End the hooks' tokens; ``start_ns``/``end_ns`` (when given) are the measured bounds."""
     for hook, token in reversed(tokens):
         try:
-            hook.end(token, error)
+            end_at = getattr(hook, "end_at", None) if end_ns else None
+            if end_at is not None:
+                end_at(token, error, start_ns, end_ns)
+            else:
+                hook.end(token, error)
         except Exception:
             _log.exception("aiperf_sdk hook %r failed in end(); disabling it", hook)
             remove_hook(hook)

@@ -82,16 +82,22 @@ class LogHook:
         return _current_stage.set(name)
 
     def end(self, token: object, error: BaseException | None) -> None:
+        self.end_at(token, error, 0, 0)
+
+    def end_at(self, token: object, error: BaseException | None, start_ns: int,
+               end_ns: int) -> None:
+        """``end`` with the measured bounds: the logged ``e2e_ms`` is the ledger's."""
         if isinstance(token, Token):
             # ValueError: ended in another context (e.g. a generator closed elsewhere)
             with contextlib.suppress(ValueError):
                 _current_stage.reset(token)
         elif isinstance(token, Request) and _request_log.isEnabledFor(logging.INFO):
-            _log_request(token, error)
+            e2e_ns = end_ns - start_ns if end_ns else perf_counter_ns() - token.start_ns
+            _log_request(token, error, e2e_ns)
 
 
-def _log_request(req: Request, error: BaseException | None) -> None:
-    e2e_ms = (perf_counter_ns() - req.start_ns) / 1e6
+def _log_request(req: Request, error: BaseException | None, e2e_ns: int) -> None:
+    e2e_ms = e2e_ns / 1e6
     outcome = "ok" if error is None else ("error" if isinstance(error, Exception) else "cancelled")
     fields = {
         "request_id": req.id,

@@ -253,10 +253,19 @@ class TraceHook:
         return pending
 
     def end(self, token: object, error: BaseException | None) -> None:
-        t1 = perf_counter_ns()
+        self._close(token, error, 0, perf_counter_ns())
+
+    def end_at(self, token: object, error: BaseException | None, start_ns: int,
+               end_ns: int) -> None:
+        """``end`` with the stage's own clock reads: the span lasts what the ledger has."""
+        self._close(token, error, start_ns, end_ns)
+
+    def _close(self, token: object, error: BaseException | None, t0: int, t1: int) -> None:
         if token is None:
             return
         pending = cast(_Pending, token)
+        if t0:
+            pending.t0 = t0
         # try/except rather than contextlib.suppress: this is the request path
         try:  # noqa: SIM105
             _current_pending.reset(pending.token)  # type: ignore[arg-type]
@@ -457,6 +466,12 @@ class MetricHook:
     def end(self, token: object, error: BaseException | None) -> None:
         name, labels, t0 = cast("tuple[str, Labels, int]", token)
         self._push(name, _outcome(labels, error), perf_counter_ns() - t0)
+
+    def end_at(self, token: object, error: BaseException | None, start_ns: int,
+               end_ns: int) -> None:
+        """``end`` with the stage's own clock reads: the ledger's duration, exactly."""
+        name, labels, _ = cast("tuple[str, Labels, int]", token)
+        self._push(name, _outcome(labels, error), end_ns - start_ns)
 
     def sample(
         self, name: str, labels: Labels, request_id: str | None, duration_ns: int,

@@ -195,7 +195,7 @@ class request:
         ledger._add_trace(total, req.stages, req.id, req.attrs, exc is not None, end)
         if self._tokens:
             tokens, self._tokens = self._tokens, []
-            _hooks.hooks_end(tokens, exc)
+            _hooks.hooks_end(tokens, exc, req.start_ns, end)
 
     async def __aenter__(self) -> Request:
         return self.__enter__()

@@ -119,7 +119,7 @@ def _exit_general(self: Any, exc: BaseException | None, end: int, duration: int)
     _record(name, key, self._ledger, duration, end)
     if self._tokens:
         tokens, self._tokens = self._tokens, None
-        _hooks.hooks_end(tokens, exc)
+        _hooks.hooks_end(tokens, exc, end - duration, end)
 
 
 if TYPE_CHECKING:
@@ -258,12 +258,12 @@ class stage(_StageBase):
                 end = perf_counter_ns()
                 _record(name, _outcome_key(name, labels, exc), ledger, end - t0, end)
                 if tokens:
-                    _hooks.hooks_end(tokens, exc)
+                    _hooks.hooks_end(tokens, exc, t0, end)
                 raise
             end = perf_counter_ns()
             _record(name, key, ledger, end - t0, end)
             if tokens:
-                _hooks.hooks_end(tokens, None)
+                _hooks.hooks_end(tokens, None, t0, end)
             return result
 
         return wrapper
@@ -426,9 +426,9 @@ def _call_hooked(
     except BaseException as exc:
         end = perf_counter_ns()
         _record(name, _outcome_key(name, labels, exc), ledger, end - t0, end)
-        _hooks.hooks_end(tokens, exc)
+        _hooks.hooks_end(tokens, exc, t0, end)
         raise
     end = perf_counter_ns()
     _record(name, key, ledger, end - t0, end)
-    _hooks.hooks_end(tokens, None)
+    _hooks.hooks_end(tokens, None, t0, end)
     return result
