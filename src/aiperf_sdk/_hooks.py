@@ -9,7 +9,7 @@ into the service.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 _log = logging.getLogger("aiperf_sdk")
 
@@ -17,7 +17,7 @@ _log = logging.getLogger("aiperf_sdk")
 class StageHook(Protocol):
     """Receives stage and request boundaries. ``start`` returns a token given to ``end``.
 
-    A hook may also define ``end_at(token, error, start_ns, end_ns)``: it is then called
+    A hook class may also define ``end_at(token, error, start_ns, end_ns)``: it is then called
     instead of ``end`` with the stage's (or request's) own two clock reads
     (``perf_counter_ns``), so what it exports has exactly the duration the ledger recorded.
     """
@@ -64,14 +64,22 @@ def hooks_start(name: str, labels: tuple[tuple[str, str], ...], request_id: str 
     return tokens
 
 
+#: hook class -> its ``end_at`` function (None: it has none)
+_END_AT: dict[type, Any] = {}
+_UNKNOWN: Any = object()
+
+
 def hooks_end(tokens: list[tuple[StageHook, object]], error: BaseException | None,
               start_ns: int = 0, end_ns: int = 0) -> None:
     """End the hooks' tokens; ``start_ns``/``end_ns`` (when given) are the measured bounds."""
     for hook, token in reversed(tokens):
         try:
-            end_at = getattr(hook, "end_at", None) if end_ns else None
+            cls = type(hook)
+            end_at = _END_AT.get(cls, _UNKNOWN) if end_ns else None
+            if end_at is _UNKNOWN:  # looked up once per hook class, not per stage
+                end_at = _END_AT[cls] = getattr(cls, "end_at", None)
             if end_at is not None:
-                end_at(token, error, start_ns, end_ns)
+                end_at(hook, token, error, start_ns, end_ns)
             else:
                 hook.end(token, error)
         except Exception:
