@@ -195,6 +195,22 @@ def test_bad_stage_name_is_a_type_error() -> None:
         perf.stage(3)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("bad", ["ledger", 3, object()])
+def test_a_ledger_that_is_not_a_ledger_fails_where_it_is_passed(
+    bad: object, perf_ledger: perf.Ledger
+) -> None:
+    """Caught when the scope is created, not after the user's code ran (in __exit__)."""
+    for make in (
+        lambda: perf.stage("s", ledger=bad),
+        lambda: perf.stage("s", ledger=bad, model="m"),
+        lambda: perf.request(ledger=bad),
+        lambda: perf.stream("s", [1], ledger=bad),
+    ):
+        with pytest.raises(TypeError, match=r"ledger must be a perf\.Ledger"):
+            make()
+    assert perf_ledger.stages() == []
+
+
 def test_explicit_ledger_wins(perf_ledger: perf.Ledger) -> None:
     other = perf.Ledger()
     with perf.request(), perf.stage("x", ledger=other):

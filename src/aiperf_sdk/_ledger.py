@@ -825,6 +825,13 @@ if _speedups is not None:
 _default: list[Ledger] = [Ledger()]
 
 
+def check_ledger(ledger: object, where: str) -> Ledger | None:
+    """``ledger`` when it is a :class:`Ledger` or None; else a TypeError naming ``where``."""
+    if ledger is None or isinstance(ledger, Ledger):
+        return ledger
+    raise TypeError(f"{where}: ledger must be a perf.Ledger or None, got {type(ledger).__name__}")
+
+
 def default_ledger() -> Ledger:
     """The ledger that stages record into when none is passed."""
     return _default[0]

@@ -17,7 +17,15 @@ from time import perf_counter_ns
 from types import TracebackType
 
 from . import _hooks
-from ._ledger import CANCELLED_LABEL, ERROR_LABEL, Labels, Ledger, _default, make_labels
+from ._ledger import (
+    CANCELLED_LABEL,
+    ERROR_LABEL,
+    Labels,
+    Ledger,
+    _default,
+    check_ledger,
+    make_labels,
+)
 
 _ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -130,7 +138,7 @@ class request:
         **attrs: object,
     ) -> None:
         self._id = id
-        self._ledger = ledger
+        self._ledger = check_ledger(ledger, "request()")
         self._labels = labels
         self._attrs = attrs
         self._req: Request | None = None

@@ -484,6 +484,14 @@ static int Stage_init(StageBase *self, PyObject *args, PyObject *kwds) {
         key = PyTuple_Pack(2, name, labels);
         if (key == NULL) { Py_DECREF(ledger); Py_DECREF(labels); return -1; }
     }
+    if (ledger != Py_None && !PyObject_TypeCheck(ledger, &LedgerBaseType)) {
+        PyErr_Format(PyExc_TypeError, "stage(): ledger must be a perf.Ledger or None, got %s",
+                     Py_TYPE(ledger)->tp_name);
+        Py_XDECREF(key);
+        Py_DECREF(ledger);
+        Py_DECREF(labels);
+        return -1;
+    }
     Py_XSETREF(self->key, key);
     Py_INCREF(name);
     Py_XSETREF(self->name, name);

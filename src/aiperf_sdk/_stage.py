@@ -30,6 +30,7 @@ from ._ledger import (
     _default,
     _Series,
     _speedups,
+    check_ledger,
     make_labels,
 )
 from ._request import _current
@@ -64,7 +65,7 @@ class _PyStageBase:
             raise TypeError(f"stage name must be a non-empty str, got {name!r}")
         self._name = name
         self._labels: Labels = make_labels(labels) if labels else ()
-        self._ledger = ledger
+        self._ledger = check_ledger(ledger, "stage()")
         self._t0 = 0
         self._tokens: list[tuple[_hooks.StageHook, object]] | None = None
 

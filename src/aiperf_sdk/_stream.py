@@ -7,7 +7,15 @@ from time import perf_counter_ns
 from typing import Generic, TypeVar
 
 from . import _hooks
-from ._ledger import CANCELLED_LABEL, ERROR_LABEL, Labels, Ledger, _default, make_labels
+from ._ledger import (
+    CANCELLED_LABEL,
+    ERROR_LABEL,
+    Labels,
+    Ledger,
+    _default,
+    check_ledger,
+    make_labels,
+)
 from ._request import Request, _current
 
 T = TypeVar("T")
@@ -63,7 +71,7 @@ class stream(Generic[T]):
             )
         self._name = name
         self._source = source
-        self._ledger = ledger
+        self._ledger = check_ledger(ledger, "stream()")
         self._labels: Labels = make_labels(labels)
         self._req: Request | None = _current.get()
         self._start = perf_counter_ns()
