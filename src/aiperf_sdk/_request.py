@@ -125,6 +125,9 @@ class request:
             None.
         labels: labels of the ``e2e`` series (bounded values only, e.g. a route template).
         **attrs: attributes kept with the request's trace (``Ledger.slowest``).
+
+    Raises:
+        TypeError: ``ledger`` is not a :class:`Ledger` (or None).
     """
 
     __slots__ = ("_attrs", "_id", "_joined", "_labels", "_ledger", "_req", "_token", "_tokens")

@@ -163,7 +163,7 @@ class stage(_StageBase):
         **labels: labels of the series (bounded values only).
 
     Raises:
-        TypeError: ``name`` is not a non-empty string.
+        TypeError: ``name`` is not a non-empty string, or ``ledger`` is not a Ledger.
         RuntimeError: one stage object entered again while already active (create one per
             ``with``; a decorated function is safe to call concurrently).
     """

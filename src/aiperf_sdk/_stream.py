@@ -38,7 +38,8 @@ class stream(Generic[T]):
             await send(tok)
 
     Raises:
-        TypeError: ``source`` is neither iterable nor async iterable.
+        TypeError: ``source`` is neither iterable nor async iterable, or ``ledger`` is not
+            a Ledger.
     """
 
     __slots__ = (
