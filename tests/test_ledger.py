@@ -198,11 +198,17 @@ def test_slowest_by_stage_returns_the_slow_requests_by_id() -> None:
     assert all(t.stages["prefill"] >= 19.0 for t in slow)
 
 
-def test_windows_count_and_compliance() -> None:
+def _one_second_windows() -> tuple[perf.Ledger, int, int]:
+    """(ledger with 1 s windows, ns per window, a window's start): white-box, the ledger's
+    perf_counter -> unix offset is zeroed so samples land at exact window boundaries."""
     ledger = perf.Ledger(window_s=1.0)
-    ledger._unix_offset_ns = 0  # white-box: place samples at exact window boundaries
+    ledger._unix_offset_ns = 0
     base = 1_000_000_000
-    t0 = (10**12 // base) * base
+    return ledger, base, (10**12 // base) * base
+
+
+def test_windows_count_and_compliance() -> None:
+    ledger, base, t0 = _one_second_windows()
     for w in range(3):
         for k in range(10):
             ledger._append(("e2e", ()), (k + 1) * 1_000_000, t0 + w * base + k)
@@ -292,10 +298,7 @@ def test_records_racing_a_blocked_fold_are_all_kept() -> None:
 
 
 def test_open_window_is_frozen_and_late_samples_still_count() -> None:
-    ledger = perf.Ledger(window_s=1.0)
-    ledger._unix_offset_ns = 0  # white-box: place samples at exact window boundaries
-    base = 1_000_000_000
-    t0 = (10**12 // base) * base
+    ledger, base, t0 = _one_second_windows()
     for k in range(5):
         ledger._append(("e2e", ()), 1_000_000, t0 + k)  # window 0
     for k in range(3):
