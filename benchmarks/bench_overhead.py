@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/bench_overhead.py [--n 200000] [--reps 7]
 
 Prints ns per operation (median of interleaved repetitions) for: the floor (two
-``perf_counter_ns()`` calls), ``@perf.stage`` on a no-op function and ``with perf.stage()``
-inside a request, ``ledger.record``, raw ``hdrh`` ``record_value``, an OpenTelemetry SDK span
-(SDK TracerProvider, no exporter) and ``prometheus_client.Histogram`` (``observe`` and
-``with h.time()``); then the ratios the core issue sets as targets, and a check that the
-ledger's percentiles are identical to hdrh's for the same values.
+``perf_counter_ns()`` calls), ``@perf.stage`` on a no-op function (sync, and async awaited
+inside one event loop) and ``with perf.stage()`` inside a request, ``ledger.record``, raw
+``hdrh`` ``record_value``, an OpenTelemetry SDK span (SDK TracerProvider, no exporter) and
+``prometheus_client.Histogram`` (``observe`` and ``with h.time()``); then the ratios the
+core issue sets as targets, and a check that the ledger's percentiles are identical to
+hdrh's for the same values.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +72,33 @@ def make_plain_call_bench() -> Bench:
         return pc() - t0
 
     return run
+
+
+def make_async_benches(ledger: perf.Ledger) -> tuple[Bench, Bench]:
+    """(awaiting a plain no-op coroutine function, awaiting it under @perf.stage), each
+    loop inside one coroutine on one event loop, inside a request."""
+    import asyncio
+
+    async def plain() -> None:
+        return None
+
+    decorated = perf.stage("async_noop", ledger=ledger)(plain)
+
+    def bench(fn: Callable[[], Any]) -> Bench:
+        async def loop(n: int) -> float:
+            pc = time.perf_counter_ns
+            t0 = pc()
+            for _ in range(n):
+                await fn()
+            return pc() - t0
+
+        def run(n: int) -> float:
+            with perf.request(ledger=ledger):
+                return asyncio.run(loop(n))
+
+        return run
+
+    return bench(plain), bench(decorated)
 
 
 def make_with_bench(ledger: perf.Ledger) -> Bench:
@@ -199,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     values = (rng.lognormal(15, 1.5, size=n).astype(np.int64) + 1).tolist()
     ledger = perf.Ledger()
     hdr_bench, _ = make_hdrh_bench(values)
+    async_plain, async_deco = make_async_benches(ledger)
     benches: dict[str, tuple[Bench, int]] = {
         "loop (empty for-loop)": (bench_loop, n),
         "floor (2x perf_counter_ns)": (bench_floor, n),
@@ -206,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         "@perf.stage no-op call": (make_decorator_bench(ledger), n),
         "bare __slots__ CM (no record)": (bench_bare_cm, n),
         "with perf.stage()": (make_with_bench(ledger), n),
+        "await plain no-op coroutine": (async_plain, n),
+        "await @perf.stage coroutine": (async_deco, n),
         "ledger.record": (make_record_bench(perf.Ledger(), values), n),
         "hdrh record_value": (hdr_bench, n),
     }
@@ -236,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\nratios (targets from the core issue)")
     print(f"  decorator overhead / floor       {deco / floor:6.2f}x   (target <= 3)")
     print(f"  with-block / floor               {with_ / floor:6.2f}x   (target <= 5)")
+    async_over = net["await @perf.stage coroutine"] - net["await plain no-op coroutine"]
+    print(f"  async decorator overhead / floor {async_over / floor:6.2f}x   (no target; "
+          f"{async_over:.0f} ns)")
     bare = net["bare __slots__ CM (no record)"]
     print(f"  bare CM, nothing recorded / floor {bare / floor:5.2f}x   (the protocol's own cost)")
     if otel is not None:

@@ -37,6 +37,35 @@ async def test_decorated_async_function(perf_ledger: perf.Ledger) -> None:
     assert _ms(perf_ledger, "fetch") >= 9.0
 
 
+@pytest.mark.anyio
+async def test_decorated_async_function_labels_breakdown_and_ledgers(
+    perf_ledger: perf.Ledger,
+) -> None:
+    """The async wrapper's recorder (C where built): labelled series, the request's
+    breakdown, and the default ledger followed across set_default_ledger/reset."""
+    @perf.stage("decode", model="m")
+    async def decode(x: int) -> int:
+        await anyio.sleep(0)
+        return x + 1
+
+    async with perf.request(id="r-async") as req:
+        assert await decode(1) == 2
+        assert await decode(2) == 3
+    assert perf_ledger.count("decode", model="m") == 2 and perf_ledger.count("decode") == 2
+    assert req.stages["decode"] > 0
+    assert perf_ledger.slowest("decode")[0].id == "r-async"
+    other = perf.Ledger()
+    previous = perf.set_default_ledger(other)
+    try:
+        await decode(3)  # the cached series must not stick to the first ledger
+    finally:
+        perf.set_default_ledger(previous)
+    assert other.count("decode", model="m") == 1 and perf_ledger.count("decode") == 2
+    perf_ledger.reset()
+    await decode(4)  # series objects survive reset() and keep counting
+    assert perf_ledger.count("decode", model="m") == 1
+
+
 def test_with_block_and_request_breakdown(perf_ledger: perf.Ledger) -> None:
     with perf.request(id="r1"):
         with perf.stage("tokenize"):

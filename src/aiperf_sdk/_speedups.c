@@ -758,6 +758,46 @@ static PyObject *Timed_get(PyObject *self, PyObject *obj, PyObject *type) {
     return PyMethod_New(self, obj);
 }
 
+/* record(duration_ns, end_ns): what a decorated call records, for callers that time
+ * themselves (the async wrapper): the request breakdown and the series, cached per ledger. */
+static PyObject *Timed_record(Timed *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "record(duration_ns, end_ns)");
+        return NULL;
+    }
+    long long duration, end;
+    if (as_duration(args[0], &duration) < 0) return NULL;
+    end = PyLong_AsLongLong(args[1]);
+    if (end == -1 && PyErr_Occurred()) return NULL;
+    if (record_plain(self->name, self->key == Py_None ? NULL : self->key, self->ledger,
+                     duration, end, 1, &self->cache_led, &self->cache_series) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* record_since(t0_ns): record(now - t0, now), reading the clock here. */
+static PyObject *Timed_record_since(Timed *self, PyObject *t0obj) {
+    long long end = now_ns();
+    long long t0 = PyLong_AsLongLong(t0obj);
+    if (t0 == -1 && PyErr_Occurred()) return NULL;
+    if (t0 > end) {
+        PyErr_SetString(PyExc_ValueError, "record_since(): t0 is in the future");
+        return NULL;
+    }
+    if (record_plain(self->name, self->key == Py_None ? NULL : self->key, self->ledger,
+                     end - t0, end, 1, &self->cache_led, &self->cache_series) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Timed_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))Timed_record, METH_FASTCALL,
+     "record(duration_ns, end_ns): record one timed call (no hooks, no error)."},
+    {"record_since", (PyCFunction)Timed_record_since, METH_O,
+     "record_since(t0_ns): record a call that started at perf_counter_ns() t0_ns and ends now."},
+    {NULL}
+};
+
 static PyGetSetDef Timed_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL}
@@ -776,6 +816,7 @@ static PyTypeObject TimedType = {
     .tp_descr_get = Timed_get,
     .tp_dictoffset = offsetof(Timed, dict),
     .tp_getset = Timed_getset,
+    .tp_methods = Timed_methods,
 };
 
 static PyObject *timed(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
