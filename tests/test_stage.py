@@ -86,6 +86,33 @@ async def test_async_with_block(perf_ledger: perf.Ledger) -> None:
     assert perf_ledger.count("io", kind="disk") == 1
 
 
+@pytest.mark.anyio
+async def test_async_with_gives_the_stage_and_records_errors_and_cancellation(
+    perf_ledger: perf.Ledger,
+) -> None:
+    async with perf.request() as req, perf.stage("step") as st:
+        assert isinstance(st, perf.stage)
+        await anyio.sleep(0)
+    assert req.stages["step"] > 0
+    err = KeyError("k")
+    with pytest.raises(KeyError) as info:
+        async with perf.stage("step"):
+            raise err
+    assert info.value is err  # re-raised unchanged
+    with anyio.move_on_after(0.01):
+        async with perf.stage("step"):
+            await anyio.sleep(10)
+    assert perf_ledger.count("step") == 1
+    assert perf_ledger.count("step", outcome="error") == 1
+    assert perf_ledger.count("step", outcome="cancelled") == 1
+    # the awaitables behind `async with` (C: already done; Python: coroutines) are
+    # awaitable directly too, with the same results
+    st = perf.stage("direct")
+    assert await st.__aenter__() is st
+    assert await st.__aexit__(None, None, None) is None
+    assert perf_ledger.count("direct") == 1
+
+
 def test_stage_outside_request_records_with_no_request(perf_ledger: perf.Ledger) -> None:
     with perf.stage("lonely"):
         assert perf.current_request_id() is None
@@ -230,10 +257,10 @@ def test_a_ledger_that_is_not_a_ledger_fails_where_it_is_passed(
 ) -> None:
     """Caught when the scope is created, not after the user's code ran (in __exit__)."""
     for make in (
-        lambda: perf.stage("s", ledger=bad),
-        lambda: perf.stage("s", ledger=bad, model="m"),
-        lambda: perf.request(ledger=bad),
-        lambda: perf.stream("s", [1], ledger=bad),
+        lambda: perf.stage("s", ledger=bad),  # type: ignore[arg-type]
+        lambda: perf.stage("s", ledger=bad, model="m"),  # type: ignore[arg-type]
+        lambda: perf.request(ledger=bad),  # type: ignore[arg-type]
+        lambda: perf.stream("s", [1], ledger=bad),  # type: ignore[arg-type]
     ):
         with pytest.raises(TypeError, match=r"ledger must be a perf\.Ledger"):
             make()

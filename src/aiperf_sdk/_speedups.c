@@ -563,9 +563,112 @@ static PyObject *Stage_exit(StageBase *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+/* ---- Ready: an awaitable that is already done (for `async with`) ---------------------
+ *
+ * `async with` awaits what __aenter__/__aexit__ return. Entering and leaving a stage never
+ * suspends, so the C methods do their work when called and return a Ready holding the
+ * result: awaiting it finishes at once with that value (no coroutine object per call). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *result;
+} Ready;
+
+static PyTypeObject ReadyType;
+
+static PyObject *ready_new(PyObject *result) { /* steals `result` */
+    if (result == NULL) return NULL;
+    Ready *r = PyObject_New(Ready, &ReadyType);
+    if (r == NULL) { Py_DECREF(result); return NULL; }
+    r->result = result;
+    return (PyObject *)r;
+}
+
+static void Ready_dealloc(Ready *self) {
+    Py_XDECREF(self->result);
+    PyObject_Free(self);
+}
+
+static PyObject *Ready_await(Ready *self) {
+    return Py_NewRef(self); /* its own iterator */
+}
+
+static PyObject *Ready_iternext(Ready *self) {
+    PyObject *result = self->result;
+    if (result == NULL || result == Py_None) return NULL; /* StopIteration(None) */
+    self->result = NULL;
+    /* StopIteration(result): an instance, so a tuple result is not taken as its args */
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+    Py_DECREF(result);
+    if (stop == NULL) return NULL;
+    PyErr_SetObject(PyExc_StopIteration, stop);
+    Py_DECREF(stop);
+    return NULL;
+}
+
+static PyObject *Ready_send(Ready *self, PyObject *value) {
+    PyObject *r = Ready_iternext(self);
+    if (r == NULL && !PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
+    return r;
+}
+
+static PyObject *Ready_throw(Ready *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "throw() needs an exception");
+        return NULL;
+    }
+    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : NULL;
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (val != NULL && val != Py_None) {
+        PyErr_SetObject(typ, val);
+    } else {
+        PyErr_SetNone(typ);
+    }
+    return NULL;
+}
+
+static PyObject *Ready_close(Ready *self, PyObject *Py_UNUSED(ignored)) {
+    Py_CLEAR(self->result);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Ready_methods[] = {
+    {"send", (PyCFunction)Ready_send, METH_O, NULL},
+    {"throw", (PyCFunction)(void (*)(void))Ready_throw, METH_FASTCALL, NULL},
+    {"close", (PyCFunction)Ready_close, METH_NOARGS, NULL},
+    {NULL}
+};
+
+static PyAsyncMethods Ready_as_async = {
+    .am_await = (unaryfunc)Ready_await,
+};
+
+static PyTypeObject ReadyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aiperf_sdk._speedups.Ready",
+    .tp_basicsize = sizeof(Ready),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)Ready_dealloc,
+    .tp_as_async = &Ready_as_async,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)Ready_iternext,
+    .tp_methods = Ready_methods,
+};
+
+static PyObject *Stage_aenter(StageBase *self, PyObject *Py_UNUSED(ignored)) {
+    return ready_new(Stage_enter(self, NULL));
+}
+
+static PyObject *Stage_aexit(StageBase *self, PyObject *const *args, Py_ssize_t nargs) {
+    return ready_new(Stage_exit(self, args, nargs));
+}
+
 static PyMethodDef Stage_methods[] = {
     {"__enter__", (PyCFunction)Stage_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))Stage_exit, METH_FASTCALL, NULL},
+    {"__aenter__", (PyCFunction)Stage_aenter, METH_NOARGS, NULL},
+    {"__aexit__", (PyCFunction)(void (*)(void))Stage_aexit, METH_FASTCALL, NULL},
     {NULL}
 };
 
@@ -1009,7 +1112,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_gate, "gate");
     if ((s_empty_tuple = PyTuple_New(0)) == NULL) return NULL;
     if (PyType_Ready(&StageBaseType) < 0 || PyType_Ready(&TimedType) < 0 ||
-        PyType_Ready(&LedgerBaseType) < 0 || PyType_Ready(&SeriesBaseType) < 0) return NULL;
+        PyType_Ready(&LedgerBaseType) < 0 || PyType_Ready(&SeriesBaseType) < 0 ||
+        PyType_Ready(&ReadyType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     Py_INCREF(&StageBaseType);

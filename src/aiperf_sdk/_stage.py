@@ -108,6 +108,17 @@ class _PyStageBase:
             series = led._series_for((name, ()))
         series.add(duration, end)
 
+    async def __aenter__(self) -> Any:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
 
 def _enter_hooks(self: Any) -> None:
     self._tokens = _hooks.hooks_start(self._name, self._labels, _current_id(), "stage")
@@ -174,18 +185,7 @@ class stage(_StageBase):
     def _key(self) -> SeriesKey:
         return (self._name, self._labels)
 
-    # -- context manager (sync part: _StageBase) ----------------------------------------
-
-    async def __aenter__(self) -> stage:
-        return cast(stage, self.__enter__())
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
+    # -- context manager: _StageBase (``with`` and ``async with``) ----------------------
 
     # -- decorator ------------------------------------------------------------------------
 
