@@ -4,11 +4,11 @@
 
 Prints ns per operation (median of interleaved repetitions) for: the floor (two
 ``perf_counter_ns()`` calls), ``@perf.stage`` on a no-op function (sync, and async awaited
-inside one event loop) and ``with perf.stage()`` inside a request, ``ledger.record``, raw
-``hdrh`` ``record_value``, an OpenTelemetry SDK span (SDK TracerProvider, no exporter) and
-``prometheus_client.Histogram`` (``observe`` and ``with h.time()``); then the ratios the
-core issue sets as targets, and a check that the ledger's percentiles are identical to
-hdrh's for the same values.
+inside one event loop) and ``with`` / ``async with perf.stage()`` inside a request,
+``ledger.record``, raw ``hdrh`` ``record_value``, an OpenTelemetry SDK span (SDK
+TracerProvider, no exporter) and ``prometheus_client.Histogram`` (``observe`` and
+``with h.time()``); then the ratios the core issue sets as targets, and a check that the
+ledger's percentiles are identical to hdrh's for the same values.
 """
 
 from __future__ import annotations
@@ -74,9 +74,10 @@ def make_plain_call_bench() -> Bench:
     return run
 
 
-def make_async_benches(ledger: perf.Ledger) -> tuple[Bench, Bench]:
-    """(awaiting a plain no-op coroutine function, awaiting it under @perf.stage), each
-    loop inside one coroutine on one event loop, inside a request."""
+def make_async_benches(ledger: perf.Ledger) -> tuple[Bench, Bench, Bench]:
+    """(awaiting a plain no-op coroutine function, awaiting it under @perf.stage,
+    ``async with perf.stage()``), each loop inside one coroutine on one event loop, inside a
+    request."""
     import asyncio
 
     async def plain() -> None:
@@ -98,7 +99,20 @@ def make_async_benches(ledger: perf.Ledger) -> tuple[Bench, Bench]:
 
         return run
 
-    return bench(plain), bench(decorated)
+    async def async_with_loop(n: int) -> float:
+        pc = time.perf_counter_ns
+        stage = perf.stage
+        t0 = pc()
+        for _ in range(n):
+            async with stage("async_block"):
+                pass
+        return pc() - t0
+
+    def async_with(n: int) -> float:
+        with perf.request(ledger=ledger):
+            return asyncio.run(async_with_loop(n))
+
+    return bench(plain), bench(decorated), async_with
 
 
 def make_with_bench(ledger: perf.Ledger) -> Bench:
@@ -228,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     values = (rng.lognormal(15, 1.5, size=n).astype(np.int64) + 1).tolist()
     ledger = perf.Ledger()
     hdr_bench, _ = make_hdrh_bench(values)
-    async_plain, async_deco = make_async_benches(ledger)
+    async_plain, async_deco, async_with = make_async_benches(ledger)
     benches: dict[str, tuple[Bench, int]] = {
         "loop (empty for-loop)": (bench_loop, n),
         "floor (2x perf_counter_ns)": (bench_floor, n),
@@ -238,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         "with perf.stage()": (make_with_bench(ledger), n),
         "await plain no-op coroutine": (async_plain, n),
         "await @perf.stage coroutine": (async_deco, n),
+        "async with perf.stage()": (async_with, n),
         "ledger.record": (make_record_bench(perf.Ledger(), values), n),
         "hdrh record_value": (hdr_bench, n),
     }
@@ -271,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     async_over = net["await @perf.stage coroutine"] - net["await plain no-op coroutine"]
     print(f"  async decorator overhead / floor {async_over / floor:6.2f}x   (no target; "
           f"{async_over:.0f} ns)")
+    print(f"  async with-block / floor         {net['async with perf.stage()'] / floor:6.2f}x"
+          "   (no target)")
     bare = net["bare __slots__ CM (no record)"]
     print(f"  bare CM, nothing recorded / floor {bare / floor:5.2f}x   (the protocol's own cost)")
     if otel is not None:
