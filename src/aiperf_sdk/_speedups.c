@@ -618,8 +618,11 @@ static PyObject *Ready_throw(Ready *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     PyObject *typ = args[0], *val = nargs > 1 ? args[1] : NULL;
+    Py_CLEAR(self->result); /* finished: the exception ends it */
     if (PyExceptionInstance_Check(typ)) {
         PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (!PyExceptionClass_Check(typ)) {
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
     } else if (val != NULL && val != Py_None) {
         PyErr_SetObject(typ, val);
     } else {

@@ -187,6 +187,10 @@ class stage(_StageBase):
 
     # -- context manager: _StageBase (``with`` and ``async with``) ----------------------
 
+    if TYPE_CHECKING:
+        def __enter__(self) -> stage: ...
+        async def __aenter__(self) -> stage: ...
+
     # -- decorator ------------------------------------------------------------------------
 
     def __call__(self, fn: F) -> F:
