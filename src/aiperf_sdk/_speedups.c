@@ -26,8 +26,7 @@ static PyObject *g_exit_general;/* _stage._exit_general(stage, exc, end, duratio
 static PyObject *g_enter_hooks; /* _stage._enter_hooks(stage) */
 static PyObject *g_record_py;   /* _ledger._record_py(ledger, stage, duration_ns, **labels) */
 
-static PyObject *s_stages, *s_ledger, *s_by_name, *s_by_key, *s_fold_series, *s_series_for,
-    *s_gate, *s_empty_tuple;
+static PyObject *s_stages, *s_ledger, *s_fold_series, *s_series_for, *s_gate, *s_empty_tuple;
 
 static inline long long now_ns(void) {
     struct timespec ts;
@@ -390,18 +389,20 @@ static int record_plain(PyObject *name, PyObject *key, PyObject *ledger, long lo
         series = Py_NewRef(*cache_series); /* a decorator's series for its last ledger */
         goto have_series;
     }
-    if (PyObject_TypeCheck(led, &LedgerBaseType)) {
-        tmp = key == NULL ? ((LedgerBase *)led)->by_name : ((LedgerBase *)led)->by_key;
-        if (tmp == NULL || !PyDict_CheckExact(tmp)) {
-            PyErr_SetString(PyExc_TypeError, "ledger is not initialised");
-            tmp = NULL;
-            goto done;
-        }
-        Py_INCREF(tmp);
-    } else {
-        tmp = PyObject_GetAttr(led, key == NULL ? s_by_name : s_by_key);
-        if (tmp == NULL) goto done;
+    /* stage(), request() and set_default_ledger() accept Ledgers only, and a Ledger is a
+     * LedgerBase wherever this module is loaded */
+    if (!PyObject_TypeCheck(led, &LedgerBaseType)) {
+        PyErr_Format(PyExc_TypeError, "ledger must be a perf.Ledger, got %s",
+                     Py_TYPE(led)->tp_name);
+        goto done;
     }
+    tmp = key == NULL ? ((LedgerBase *)led)->by_name : ((LedgerBase *)led)->by_key;
+    if (tmp == NULL || !PyDict_CheckExact(tmp)) {
+        PyErr_SetString(PyExc_TypeError, "ledger is not initialised");
+        tmp = NULL;
+        goto done;
+    }
+    Py_INCREF(tmp);
     series = PyDict_GetItemWithError(tmp, key == NULL ? name : key);
     Py_XINCREF(series);
     Py_CLEAR(tmp);
@@ -1108,8 +1109,6 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_stages, "stages");
     INTERN(s_ledger, "ledger");
-    INTERN(s_by_name, "_by_name");
-    INTERN(s_by_key, "_by_key");
     INTERN(s_fold_series, "_fold_series");
     INTERN(s_series_for, "_series_for");
     INTERN(s_gate, "gate");
