@@ -128,8 +128,9 @@ class Histogram:
         highest = self.layout.highest
         vmax = int(values.max())
         vmin = min(int(values.min()), highest)
+        clamped = 0
         if vmax > highest:
-            self.clamped += int(np.count_nonzero(values > highest))
+            clamped = int(np.count_nonzero(values > highest))
             values = np.minimum(values, highest)
         idx = self.layout.indices(values)
         # dense bincount beats np.unique (a sort) by ~5x for a few thousand values
@@ -139,13 +140,19 @@ class Histogram:
         uniq = np.flatnonzero(dense)
         cnt = dense[uniq]
         if min(vmax, highest) * values.size < 2**63:
-            self.sum_ns += int(values.sum())
+            sum_ns = int(values.sum())
         else:  # an int64 sum could wrap: add exactly in Python ints
-            self.sum_ns += sum(values.tolist())
-        self.min_ns = vmin if self.total == 0 else min(self.min_ns, vmin)
-        self.max_ns = max(self.max_ns, min(vmax, highest))
-        self.total += int(values.size)
+            sum_ns = sum(values.tolist())
+        self._account(int(values.size), sum_ns, vmin, min(vmax, highest), clamped)
         return uniq, cnt
+
+    def _account(self, total: int, sum_ns: int, vmin: int, vmax: int, clamped: int) -> None:
+        """Add a folded chunk's statistics (over clamped values)."""
+        self.min_ns = vmin if self.total == 0 else min(self.min_ns, vmin)
+        self.max_ns = max(self.max_ns, vmax)
+        self.sum_ns += sum_ns
+        self.total += total
+        self.clamped += clamped
 
     def add_raw(self, raw: bytes, c_fold: Callable[..., object]) -> tuple[IntArray, IntArray]:
         """:meth:`add_values` for a buffer of int64 values, folded by the C extension's
@@ -162,11 +169,7 @@ class Histogram:
         uniq, cnt, total, sum_ns, vmin, vmax, clamped = cast(
             "tuple[bytes, bytes, int, int, int, int, int]", r
         )
-        self.min_ns = vmin if self.total == 0 else min(self.min_ns, vmin)
-        self.max_ns = max(self.max_ns, vmax)
-        self.sum_ns += sum_ns
-        self.total += total
-        self.clamped += clamped
+        self._account(total, sum_ns, vmin, vmax, clamped)
         return np.frombuffer(uniq, dtype=np.int64), np.frombuffer(cnt, dtype=np.int64)
 
     def add_histogram(self, other: Histogram) -> None:

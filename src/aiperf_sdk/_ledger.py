@@ -3,13 +3,11 @@
 Hot path (the series base class's ``add``): a duration is appended to its series' buffer, a
 window mark is added when the end time crosses into a new interval window (one integer
 compare otherwise), and every ``buffer_size`` values the series is folded into its histogram
-in bulk with numpy under the ledger's lock. With the optional C extension the buffer holds C
-integers and the fold takes it (values and marks) in one step no other thread can interleave
-with; the pure-Python buffer (``_PySeriesBase``, also inlined once more in ``_stage``) is a
-list whose fold copies the first ``n`` values and deletes exactly those, so an append racing
-with it is kept for the next fold, and a record racing with a fold exactly at a window
-boundary may be counted in the neighbouring window. Neither ever loses or double-counts a
-value in the histogram.
+in bulk under the ledger's lock. With the optional C extension the buffer holds C integers,
+the fold takes it (values and marks) in one step no other thread can interleave with, and
+folds it in C; the pure-Python buffer (``_PySeriesBase``) is a list whose fold (numpy) copies
+the first ``n`` values and deletes exactly those, so an append racing with it is kept for the
+next fold. Neither ever loses or double-counts a value in the histogram.
 """
 
 from __future__ import annotations
