@@ -1,5 +1,6 @@
 /* Optional C hot path for aiperf_sdk.stage: the with-block (`__init__`, `__enter__`,
- * `__exit__`) and the decorated-call timer.
+ * `__exit__`, and `__aenter__`/`__aexit__` returning an already-done awaitable) and the
+ * decorated-call timer (whose record/record_since also serve the async decorator).
  *
  * Only the common case runs here: no hooks registered, no exception, no labels on a `with`
  * block. Everything else calls back into the Python implementation in _stage.py, which stays

@@ -6,9 +6,10 @@ is folded in bulk later (see ``_ledger``). The decorator caches its series per l
 decorated call does no dictionary lookup by key.
 
 When the optional C extension ``_speedups`` is built (it is by ``pip install``; set
-``AIPERF_PURE_PYTHON=1`` to disable it), the ``with`` block and the decorated sync call run
-their common case in C: no hooks, no exception. Every other case calls back into the Python
-code below, which stays the reference implementation and the fallback.
+``AIPERF_PURE_PYTHON=1`` to disable it), the ``with`` / ``async with`` block, the decorated
+sync call and the recording of a decorated coroutine function run their common case in C: no
+hooks, no exception. Every other case calls back into the Python code below, which stays the
+reference implementation and the fallback.
 """
 
 from __future__ import annotations
